@@ -1,0 +1,72 @@
+"""The kernel families ("algorithms") an instance can name, and what each must provide.
+
+A kernel module registers one ``Algorithm`` per family: the ordered tile/pipeline parameters its
+instances carry, a check that culls impossible configs at expansion time, a check that says why an
+instance declines a problem, and a launcher that fills a preallocated result. The factory, the
+registry, the public ops and the tuner only talk to kernels through this table.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .dtypes import DataType
+from .epilogue import FusedOp
+from .kernels.geometry import ConvGeometry
+from .layouts import LayoutTriple
+from .problem import ConvParams
+
+__all__ = ["ALGORITHMS", "Algorithm", "RunArgs", "interpreting", "register_algorithm"]
+
+
+def interpreting() -> bool:
+    """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass
+class RunArgs:
+    """Everything a launcher needs; the public op has already checked every field."""
+
+    params: ConvParams
+    layout: LayoutTriple
+    dtype: DataType
+    fused: FusedOp
+    user_fn: Any  # @triton.jit function for fused.name == "custom", else None
+    alpha: float
+    beta: float
+    a: torch.Tensor  # bwd data: grad_out; bwd weight: input
+    b: torch.Tensor  # bwd data: weight;   bwd weight: grad_out
+    ds: tuple[torch.Tensor, ...]
+    out: torch.Tensor  # preallocated result (grad_in or grad_wei) in its final dtype
+    cfg: dict[str, Any]  # the instance's tile/pipeline parameters
+    geo: ConvGeometry = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.geo = ConvGeometry.build(self.params, self.layout)
+
+
+DeclineFn = Callable[[dict, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    op: str  # "conv_bwd_data" | "conv_bwd_weight"
+    name: str  # e.g. "igemm", "splitk_atomic", "direct"
+    param_names: tuple[str, ...]  # the order in which instance names encode the parameters
+    check_config: Callable[[dict], "str | None"]  # impossible tile -> reason (expansion-time cull)
+    decline: DeclineFn  # problem this instance cannot run -> reason
+    launch: Callable[[RunArgs], None]
+    description: str = ""
+
+
+ALGORITHMS: dict[tuple[str, str], Algorithm] = {}
+
+
+def register_algorithm(alg: Algorithm) -> Algorithm:
+    ALGORITHMS[(alg.op, alg.name)] = alg
+    return alg

@@ -1,0 +1,98 @@
+"""The integers every conv kernel takes: sizes padded to 3 spatial dims and per-logical-index strides.
+
+Padding 1D/2D problems to 3D (length 1, filter 1, stride 1, pad 0, stride-0 axes) lets one kernel
+serve every ndim; Triton specializes integer arguments equal to 1, so the padded axes cost little.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+
+__all__ = ["ConvGeometry", "stride_phases"]
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    G: int
+    N: int
+    K: int
+    C: int
+    in3: tuple[int, int, int]  # Di, Hi, Wi
+    out3: tuple[int, int, int]  # Do, Ho, Wo
+    filt3: tuple[int, int, int]  # Z, Y, X
+    stride3: tuple[int, int, int]
+    dil3: tuple[int, int, int]
+    pad3: tuple[int, int, int]  # left pads (right pads only shape the output lengths)
+    # strides in elements, logical order
+    x_strides: tuple[int, ...]  # input / grad_in: (g, n, c, d, h, w)
+    w_strides: tuple[int, ...]  # weight / grad_wei: (g, k, c, z, y, x)
+    y_strides: tuple[int, ...]  # output / grad_out: (g, n, k, d, h, w)
+    x_numel: int
+    w_numel: int
+    y_numel: int
+
+    @classmethod
+    def build(cls, p: ConvParams, lt: LayoutTriple) -> "ConvGeometry":
+        xs = lt.strides("input", p)
+        ws = lt.strides("weight", p)
+        ys = lt.strides("output", p)
+        return cls(
+            G=p.G, N=p.N, K=p.K, C=p.C,
+            in3=p.spatial3("input"), out3=p.spatial3("output"), filt3=p.spatial3("filter"),
+            stride3=p.spatial3("stride"), dil3=p.spatial3("dilation"), pad3=p.spatial3("left_pad"),
+            x_strides=(xs["G"], xs["N"], xs["C"], xs["D"], xs["H"], xs["W"]),
+            w_strides=(ws["G"], ws["K"], ws["C"], ws["Z"], ws["Y"], ws["X"]),
+            y_strides=(ys["G"], ys["N"], ys["K"], ys["D"], ys["H"], ys["W"]),
+            x_numel=p.numel("input"), w_numel=p.numel("weight"), y_numel=p.numel("output"),
+        )
+
+    @property
+    def needs_int64(self) -> bool:
+        """True when any tensor has 2**31 elements or more: offsets must be computed in int64."""
+        return max(self.x_numel, self.w_numel, self.y_numel) >= 2**31 - 1
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.filt3)
+
+
+@dataclass(frozen=True)
+class PhaseDim:
+    """One spatial dim of one stride phase r: input positions hi = r + s*i, i in [0, count)."""
+
+    r: int
+    count: int  # number of input positions in this phase
+    tap0: int  # first filter tap that hits, or 0 when none does
+    ntaps: int  # taps y = tap0 + step*j, j in [0, ntaps)
+    step: int  # tap step = s / gcd(s, dil)
+    ho_base: int  # ho = ho_base + i - j*ho_step for tap j and phase index i
+    ho_step: int  # dil / gcd(s, dil)
+
+
+def _phase_dim(r: int, n_in: int, f: int, s: int, d: int, lp: int) -> PhaseDim:
+    count = max(0, (n_in - r + s - 1) // s)
+    g = math.gcd(s, d)
+    step, ho_step = s // g, d // g
+    tap0 = next((y for y in range(min(f, step)) if (r + lp - y * d) % s == 0), None)
+    if tap0 is None:
+        return PhaseDim(r, count, 0, 0, step, 0, ho_step)
+    ntaps = (f - 1 - tap0) // step + 1
+    return PhaseDim(r, count, tap0, ntaps, step, (r + lp - tap0 * d) // s, ho_step)
+
+
+def stride_phases(geo: ConvGeometry) -> list[tuple[PhaseDim, PhaseDim, PhaseDim]]:
+    """All stride phases (prod(stride) of them) with their taps, for the implicit-col2im GEMM.
+
+    For input position hi the taps y with (hi + lp - y*dil) divisible by s depend only on
+    r = hi mod s, so each phase is a dense sub-GEMM over just those taps (no zero insertion).
+    """
+    dims = [
+        [_phase_dim(r, geo.in3[a], geo.filt3[a], geo.stride3[a], geo.dil3[a], geo.pad3[a])
+         for r in range(geo.stride3[a])]
+        for a in range(3)
+    ]
+    return [(pd, ph, pw) for pd in dims[0] for ph in dims[1] for pw in dims[2]]
