@@ -8,9 +8,11 @@ registry, the public ops and the tuner only talk to kernels through this table.
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -58,13 +60,25 @@ class Algorithm:
     op: str  # "conv_bwd_data" | "conv_bwd_weight"
     name: str  # e.g. "igemm", "splitk_atomic", "direct"
     param_names: tuple[str, ...]  # the order in which instance names encode the parameters
-    check_config: Callable[[dict], "str | None"]  # impossible tile -> reason (expansion-time cull)
+    check_config: Callable[[dict], str | None]  # impossible tile -> reason (expansion-time cull)
     decline: DeclineFn  # problem this instance cannot run -> reason
     launch: Callable[[RunArgs], None]
     description: str = ""
 
 
 ALGORITHMS: dict[tuple[str, str], Algorithm] = {}
+
+# Modules that register kernel families when imported (kept explicit: no plugin magic).
+KERNEL_MODULES = (
+    "instance_factory.kernels.bwd_data_igemm",
+    "instance_factory.kernels.bwd_weight_igemm",
+    "instance_factory.kernels.direct_grouped",
+)
+
+
+def load_kernel_modules() -> None:
+    for mod in KERNEL_MODULES:
+        importlib.import_module(mod)
 
 
 def register_algorithm(alg: Algorithm) -> Algorithm:

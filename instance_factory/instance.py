@@ -1,0 +1,118 @@
+"""Instances: one kernel family + one tile/pipeline config + one supported combination.
+
+The procedural name encodes every parameter and is the registry key and the filter target, e.g.
+``conv_bwd_data-igemm-NHWGC_GKYXC_NHWGK-fp16-passthrough-m128_n128_k32_gm8_w4_s3_default``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .algorithms import ALGORITHMS, Algorithm
+from .dtypes import DATA_TYPES, DataType
+from .epilogue import FUSED_OPS
+from .layouts import LayoutTriple, layout_for, parse_layout
+from .problem import ConvParams
+
+__all__ = ["PARAM_ABBREVIATIONS", "Instance", "config_tag"]
+
+# One place for the short forms used in names; a value with no abbreviation is written bare.
+PARAM_ABBREVIATIONS: dict[str, str] = {
+    "block_m": "m",
+    "block_n": "n",
+    "block_k": "k",
+    "group_m": "gm",
+    "num_warps": "w",
+    "num_stages": "s",
+    "split_k": "sk",
+    "block_p": "p",
+    "block_ch": "ch",
+    "split": "sp",
+    "spec": "",
+}
+
+
+def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:
+    """``m128_n128_k32_gm8_w4_s3_default``: every parameter, in the family's declared order."""
+    parts = []
+    for p in alg.param_names:
+        v = cfg[p]
+        parts.append(f"{PARAM_ABBREVIATIONS.get(p, p)}{'auto' if p in ('split_k', 'split') and v == 0 else v}")
+    return "_".join(parts)
+
+
+@functools.cache
+def _source_hash(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Instance:
+    op: str
+    algorithm: str
+    family: str  # layout family, e.g. "nhwgc"
+    ndim: int
+    dtype: str  # DataType name
+    fused_op: str
+    config: tuple[tuple[str, Any], ...]  # (param, value) in the family's declared order
+    source: str = ""  # the YAML file and entry it came from
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    @property
+    def alg(self) -> Algorithm:
+        return ALGORITHMS[(self.op, self.algorithm)]
+
+    @property
+    def layout(self) -> LayoutTriple:
+        return layout_for(self.family, self.ndim)
+
+    @property
+    def data_type(self) -> DataType:
+        return DATA_TYPES[self.dtype]
+
+    @functools.cached_property
+    def name(self) -> str:
+        lay = self.layout.name.replace("/", "_")
+        return f"{self.op}-{self.algorithm}-{lay}-{self.dtype}-{self.fused_op}-{config_tag(self.alg, self.cfg)}"
+
+    @functools.cached_property
+    def kernel_hash(self) -> str:
+        """Hash of the kernel module's source and this config: a tuned row is stale when it changes."""
+        src = inspect.getsourcefile(self.alg.launch) or ""
+        blob = json.dumps([_source_hash(src), self.op, self.algorithm, self.config], default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def combination(self) -> tuple[str, str, str, int, str]:
+        return (self.op, self.family, self.dtype, self.ndim, self.fused_op)
+
+    def decline(self, params: ConvParams, layout: str | LayoutTriple | None = None,
+                dtype: str | DataType | None = None, fused_op: str | None = None) -> str | None:
+        """None when this instance can run the problem, else the reason it declines."""
+        lt = self.layout if layout is None else parse_layout(layout)
+        if params.ndim != self.ndim:
+            return f"instance is for {self.ndim}D problems, the problem is {params.ndim}D"
+        if lt.family != self.family:
+            return f"instance is for layout {self.layout.name}, the problem uses {lt.name}"
+        dname = self.dtype if dtype is None else (dtype if isinstance(dtype, str) else dtype.name)
+        if dname != self.dtype:
+            return f"instance is for data type {self.dtype}, the problem is {dname}"
+        if fused_op is not None and fused_op != self.fused_op:
+            return f"instance fuses {self.fused_op!r}, the call asks for {fused_op!r}"
+        return self.alg.decline(self.cfg, params, lt, self.data_type, FUSED_OPS[self.fused_op])
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "algorithm": self.algorithm, "layout": self.layout.name,
+                "ndim": self.ndim, "dtype": self.dtype, "fused_op": self.fused_op, **self.cfg}
+
+    def __repr__(self) -> str:
+        return f"Instance({self.name})"

@@ -1,0 +1,158 @@
+"""The public operations ``conv_bwd_data`` and ``conv_bwd_weight``: checks, instance choice, launch.
+
+Every check happens before any launch, and each error names the problem: the tensor and the shape
+its layout needs, a dtype or device mismatch, a non-contiguous tensor, a D of the wrong shape, a
+combination not declared in configs/, or an instance that cannot run the problem (with its reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .algorithms import RunArgs, interpreting
+from .dtypes import DataType, resolve_dtype
+from .epilogue import FusedOp, resolve_fused_op
+from .instance import Instance
+from .layouts import LayoutTriple, parse_layout
+from .problem import ConvParams
+from .registry import get_registry
+
+__all__ = ["conv_bwd_data", "conv_bwd_weight", "make_problem_tensors", "prepare"]
+
+# which tensors each op takes, in the contract's order, and what the result is
+_OPERANDS = {
+    "conv_bwd_data": (("grad_out", "output"), ("weight", "weight"), "input"),
+    "conv_bwd_weight": (("input", "input"), ("grad_out", "output"), "weight"),
+}
+
+
+def _check_tensor(name: str, t: Any, want_shape: tuple[int, ...], lt: LayoutTriple, tensor: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != want_shape:
+        letters = getattr(lt, tensor)
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, but layout {letters} with these params needs "
+                         f"({', '.join(letters)}) = {want_shape}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous in its layout's shape {want_shape} "
+                         f"(got strides {tuple(t.stride())}); call .contiguous() first")
+
+
+def _check_device(tensors: dict[str, torch.Tensor]) -> torch.device:
+    devices = {n: t.device for n, t in tensors.items()}
+    first_name, dev = next(iter(devices.items()))
+    for n, d in devices.items():
+        if d != dev:
+            raise ValueError(f"{n} is on {d} but {first_name} is on {dev}; all tensors must share a device")
+    if dev.type == "cpu" and not interpreting():
+        raise RuntimeError("CPU tensors run only in the Triton interpreter: set TRITON_INTERPRET=1 before "
+                           "importing triton, or move the tensors to a CUDA device")
+    if dev.type == "cuda" and interpreting():
+        raise RuntimeError("TRITON_INTERPRET=1 is set, so Triton runs on the CPU: pass CPU tensors or unset it")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {dev}; use a CUDA device (or CPU with TRITON_INTERPRET=1)")
+    return dev
+
+
+def _resolve_instance(instance: Any, op: str, params: ConvParams, lt: LayoutTriple, dt: DataType,
+                      fused: FusedOp, device: torch.device, compute_dtype: str | None,
+                      wei_dtype: torch.dtype | None) -> Instance:
+    reg = get_registry()
+    if instance is None:
+        from .tuning.lookup import lookup  # late: the tuning package reads the registry too
+
+        return lookup(op, params, layout=lt.name, dtype=dt.data, fused_op=fused.name,
+                      compute_dtype=compute_dtype, wei_dtype=wei_dtype, device=device)
+    inst = reg.get(instance) if isinstance(instance, str) else instance
+    if not isinstance(inst, Instance):
+        raise TypeError(f"instance must be None, an instance name or an Instance, got {type(instance).__name__}")
+    if inst.op != op:
+        raise ValueError(f"instance {inst.name} is a {inst.op} instance and cannot run {op}")
+    reason = inst.decline(params, lt, dt, fused.name)
+    if reason is not None:
+        raise ValueError(f"instance {inst.name} cannot run {op} {params.key()} ({lt.name}, {dt.name}, "
+                         f"{fused.name}): {reason}")
+    return inst
+
+
+def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, layout: str | LayoutTriple,
+            ds: Sequence[torch.Tensor] = (), fused_op: Any = "passthrough", alpha: float = 1.0,
+            beta: float = 1.0, wei_dtype: torch.dtype | None = None, compute_dtype: str | None = None,
+            instance: Any = None) -> tuple[Instance, RunArgs]:
+    """Check everything, choose the instance, allocate the result: what a launch needs."""
+    if not isinstance(params, ConvParams):
+        raise TypeError(f"params must be an instance_factory.ConvParams, got {type(params).__name__}")
+    lt = parse_layout(layout, params.ndim)
+    (a_name, a_tensor), (b_name, b_tensor), result_tensor = _OPERANDS[op]
+    _check_tensor(a_name, a, lt.shape(a_tensor, params), lt, a_tensor)
+    _check_tensor(b_name, b, lt.shape(b_tensor, params), lt, b_tensor)
+    if a.dtype != b.dtype:
+        raise TypeError(f"{a_name} is {a.dtype} but {b_name} is {b.dtype}; both operands must share a dtype")
+    if wei_dtype is not None and op != "conv_bwd_weight":
+        raise TypeError("wei_dtype= applies to conv_bwd_weight only")
+    dt = resolve_dtype(a.dtype, compute_dtype=compute_dtype, wei_dtype=wei_dtype)
+    ds = tuple(ds)
+    fused, user_fn = resolve_fused_op(fused_op, len(ds))
+    result_dtype = dt.result or dt.data
+    result_shape = lt.shape(result_tensor, params)
+    for i, d in enumerate(ds):
+        _check_tensor(f"ds[{i}]", d, result_shape, lt, result_tensor)
+        if d.dtype not in (result_dtype, torch.float32):
+            raise TypeError(f"ds[{i}] is {d.dtype}; a D must have the result's dtype {result_dtype} or float32")
+    device = _check_device({a_name: a, b_name: b, **{f"ds[{i}]": d for i, d in enumerate(ds)}})
+    reg = get_registry()
+    if not reg.is_declared(op, lt, dt.name, params.ndim, fused.name):
+        raise ValueError(f"{op} is not declared for layout {lt.name}, dtype {dt.name} ({dt.label}), "
+                         f"{params.ndim}D, fused op {fused.name!r}: see configs/{op}.yaml")
+    inst = _resolve_instance(instance, op, params, lt, dt, fused, device, compute_dtype, wei_dtype)
+    out = torch.empty(result_shape, dtype=result_dtype, device=device)
+    args = RunArgs(params=params, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=float(alpha),
+                   beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.cfg)
+    return inst, args
+
+
+def conv_bwd_data(grad_out: torch.Tensor, weight: torch.Tensor, params: ConvParams, *,
+                  layout: str | LayoutTriple, ds: Sequence[torch.Tensor] = (), op: Any = "passthrough",
+                  alpha: float = 1.0, beta: float = 1.0, instance: Any = None,
+                  compute_dtype: str | None = None) -> torch.Tensor:
+    """dL/dIn = f(conv_bwd_data(grad_out, weight), D0, D1, ...), returned in the input layout."""
+    inst, args = prepare("conv_bwd_data", grad_out, weight, params, layout=layout, ds=ds, fused_op=op,
+                         alpha=alpha, beta=beta, compute_dtype=compute_dtype, instance=instance)
+    inst.alg.launch(args)
+    return args.out
+
+
+def conv_bwd_weight(input: torch.Tensor, grad_out: torch.Tensor, params: ConvParams, *,
+                    layout: str | LayoutTriple, ds: Sequence[torch.Tensor] = (), op: Any = "passthrough",
+                    alpha: float = 1.0, beta: float = 1.0, wei_dtype: torch.dtype | None = None,
+                    instance: Any = None, compute_dtype: str | None = None) -> torch.Tensor:
+    """dL/dW = f(conv_bwd_weight(input, grad_out), D0, ...), returned in the weight layout."""
+    inst, args = prepare("conv_bwd_weight", input, grad_out, params, layout=layout, ds=ds, fused_op=op,
+                         alpha=alpha, beta=beta, wei_dtype=wei_dtype, compute_dtype=compute_dtype,
+                         instance=instance)
+    inst.alg.launch(args)
+    return args.out
+
+
+def make_problem_tensors(op: str, params: ConvParams, layout: str | LayoutTriple, dtype_name: str,
+                         n_ds: int = 0, device: str | torch.device = "cpu", seed: int = 0) -> dict[str, Any]:
+    """Random operands (never zeros) in the layout: {"a", "b", "ds"} in the op's argument order."""
+    from .dtypes import DATA_TYPES
+
+    dt = DATA_TYPES[dtype_name]
+    lt = parse_layout(layout, params.ndim)
+    (_, a_tensor), (_, b_tensor), result_tensor = _OPERANDS[op]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def rnd(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+    result_dtype = dt.result or dt.data
+    return {
+        "a": rnd(lt.shape(a_tensor, params), dt.data),
+        "b": rnd(lt.shape(b_tensor, params), dt.data),
+        "ds": tuple(rnd(lt.shape(result_tensor, params), result_dtype) for _ in range(n_ds)),
+    }

@@ -1,0 +1,124 @@
+"""The instance registry: every expanded instance, keyed by name and by (op, layout, dtype, ndim, fused op)."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from .dtypes import DataType
+from .factory import Culled, expand_files
+from .instance import Instance
+from .layouts import LayoutTriple, parse_layout
+from .problem import ConvParams
+
+__all__ = ["Registry", "config_dir", "get_registry"]
+
+Combination = tuple[str, str, str, int, str]  # (op, layout family, dtype, ndim, fused op)
+
+
+def config_dir() -> Path:
+    """configs/ beside the package (a source checkout), or $INSTANCE_FACTORY_CONFIGS."""
+    env = os.environ.get("INSTANCE_FACTORY_CONFIGS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "configs"
+
+
+def _family_of(layout: str | LayoutTriple | None) -> str | None:
+    """Accept a layout family name ("nhwgc") or a CK triple ("NHWGC/GKYXC/NHWGK")."""
+    if layout is None:
+        return None
+    if isinstance(layout, LayoutTriple):
+        return layout.family
+    if "/" in layout:
+        return parse_layout(layout).family
+    return layout.lower()
+
+
+def _match(name: str, pattern: str) -> bool:
+    """Comma-separated globs; a pattern without wildcards matches as a substring."""
+    for p in pattern.split(","):
+        p = p.strip()
+        if p and (fnmatch.fnmatchcase(name, p) if any(c in p for c in "*?[") else p in name):
+            return True
+    return False
+
+
+class Registry:
+    def __init__(self, instances: list[Instance], declared: set[Combination], culled: list[Culled],
+                 files: list[Path]) -> None:
+        self._by_name = {i.name: i for i in instances}
+        self._by_combo: dict[Combination, list[Instance]] = defaultdict(list)
+        for inst in instances:
+            self._by_combo[inst.combination].append(inst)
+        self.declared = declared
+        self.culled = culled
+        self.files = files
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> Registry:
+        files = sorted(directory.glob("*.yaml"))
+        if not files:
+            raise FileNotFoundError(f"no config files (*.yaml) in {directory}")
+        exp = expand_files(files)
+        return cls(exp.instances, exp.declared, exp.culled, files)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def instances(self, op: str | None = None, layout: str | LayoutTriple | None = None,
+                  dtype: str | None = None, ndim: int | None = None, fused_op: str | None = None,
+                  pattern: str | None = None, algorithm: str | None = None) -> list[Instance]:
+        """All instances matching every filter given (None matches anything)."""
+        fam = _family_of(layout)
+        out = []
+        for (o, f, d, n, fo), insts in self._by_combo.items():
+            if (op and o != op) or (fam and f != fam) or (dtype and d != dtype) or (ndim and n != ndim) \
+                    or (fused_op and fo != fused_op):
+                continue
+            out.extend(i for i in insts if (not algorithm or i.algorithm == algorithm)
+                       and (not pattern or _match(i.name, pattern)))
+        return out
+
+    def get(self, name: str) -> Instance:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            close = [n for n in self._by_name if name in n][:3]
+            hint = f"; similar: {', '.join(close)}" if close else ""
+            raise KeyError(f"no instance named {name!r} in the registry{hint}") from None
+
+    def is_declared(self, op: str, layout: str | LayoutTriple, dtype: str, ndim: int, fused_op: str) -> bool:
+        return (op, _family_of(layout), dtype, ndim, fused_op) in self.declared
+
+    def candidates(self, op: str, params: ConvParams, layout: str | LayoutTriple, dtype: str | DataType,
+                   fused_op: str) -> tuple[list[Instance], list[tuple[Instance, str]]]:
+        """Instances of this combination that can run the problem, and the others with their reasons."""
+        lt = parse_layout(layout, params.ndim)
+        dname = dtype if isinstance(dtype, str) else dtype.name
+        runnable: list[Instance] = []
+        declined: list[tuple[Instance, str]] = []
+        for inst in self._by_combo.get((op, lt.family, dname, params.ndim, fused_op), []):
+            reason = inst.decline(params, lt, dname)
+            if reason is None:
+                runnable.append(inst)
+            else:
+                declined.append((inst, reason))
+        return runnable, declined
+
+    def counts(self, instances: list[Instance] | None = None) -> Counter:
+        """Instance count per (op, layout, dtype, ndim, fused op)."""
+        return Counter(i.combination for i in (self.instances() if instances is None else instances))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(directory: str) -> Registry:
+    return Registry.from_dir(Path(directory))
+
+
+def get_registry(directory: str | Path | None = None) -> Registry:
+    """The registry built from configs/ (cached per directory)."""
+    return _load(str(directory or config_dir()))

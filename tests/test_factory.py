@@ -1,0 +1,118 @@
+"""YAML expansion, validation errors and the registry's queries."""
+
+import textwrap
+
+import pytest
+
+from instance_factory.algorithms import ALGORITHMS, Algorithm, register_algorithm
+from instance_factory.factory import ConfigError, expand_file
+from instance_factory.problem import ConvParams
+from instance_factory.registry import Registry, get_registry
+
+
+def _check(cfg):
+    if cfg["block"] & (cfg["block"] - 1):
+        return f"block={cfg['block']} is not a power of two"
+    return None
+
+
+def _decline(cfg, params, layout, dtype, fused):
+    return "needs C >= block/16" if params.C * 16 < cfg["block"] else None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fake_family():
+    alg = register_algorithm(Algorithm("conv_bwd_data", "fake_test", ("block", "num_warps"), _check,
+                                       _decline, lambda args: None, "test family"))
+    yield alg
+    ALGORITHMS.pop(("conv_bwd_data", "fake_test"))
+
+
+GOOD = """
+op: conv_bwd_data
+support:
+  - layouts: [nhwgc, gnhwc]
+    ndims: [2]
+    dtypes: [fp16]
+    fused_ops: [passthrough, add]
+families:
+  - algorithm: fake_test
+    params:
+      block: [16, 32, 64]
+      num_warps: [4, 8]
+    constraints:
+      - num_warps == 4 or block >= 32
+"""
+
+
+def _write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_expansion_is_filtered_product_with_logged_culls(tmp_path):
+    exp = expand_file(_write(tmp_path, GOOD))
+    # 3 blocks x 2 warps - 1 culled = 5 configs, x 2 layouts x 2 fused ops
+    assert len(exp.instances) == 5 * 4
+    assert len(exp.culled) == 1 and "num_warps == 4 or block >= 32" in exp.culled[0].reason
+    assert ("conv_bwd_data", "gnhwc", "fp16", 2, "add") in exp.declared
+    names = {i.name for i in exp.instances}
+    assert "conv_bwd_data-fake_test-NHWGC_GKYXC_NHWGK-fp16-passthrough-block32_w8" in names
+
+
+def test_registry_queries_and_decline_reasons(tmp_path):
+    _write(tmp_path, GOOD)
+    reg = Registry.from_dir(tmp_path)
+    assert len(reg.instances(layout="NHWGC/GKYXC/NHWGK", fused_op="add")) == 5
+    assert len(reg.instances(pattern="*block64*")) == 8
+    inst = reg.get("conv_bwd_data-fake_test-NHWGC_GKYXC_NHWGK-fp16-passthrough-block64_w4")
+    assert inst.cfg == {"block": 64, "num_warps": 4}
+    with pytest.raises(KeyError, match="no instance named"):
+        reg.get("nope")
+    p = ConvParams(2, 1, 1, 1, 2, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
+    ok, declined = reg.candidates("conv_bwd_data", p, "NHWGC/GKYXC/NHWGK", "fp16", "passthrough")
+    assert {i.cfg["block"] for i in ok} == {16, 32}
+    assert declined and all(r == "needs C >= block/16" for _, r in declined)
+    assert inst.decline(p, "NGCHW/GKYXC/NGKHW").startswith("instance is for layout")
+    assert reg.counts()[("conv_bwd_data", "nhwgc", "fp16", 2, "add")] == 5
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    ("op: conv_bwd_data\nsupport: []\nfamilies: []\nextra: 1\n", "file", "unknown key(s) ['extra']"),
+    (GOOD.replace("num_warps: [4, 8]", "num_warps: [4, 8]\n      colour: [1]"), "families[0] (fake_test)",
+     "unknown parameter(s) ['colour']"),
+    (GOOD.replace("block: [16, 32, 64]", "block: [16, '32x']"), "params.block", "has type str"),
+    (GOOD.replace("block: [16, 32, 64]", "block: [16, 48]"), "params.block",
+     "value 48 survives in no config (impossible tile): block=48 is not a power of two"),
+    (GOOD.replace("num_warps == 4 or block >= 32", "block >= 999"), "families[0] (fake_test)",
+     "expansion is empty"),
+    (GOOD.replace("block >= 32", "__import__('os')"), "constraints", "uses Call"),
+    (GOOD.replace("block >= 32", "blok >= 32"), "constraints", "names 'blok'"),
+    (GOOD.replace("[passthrough, add]", "[passthrough, mul]"), "support[0].fused_ops", "unknown value 'mul'"),
+    (GOOD.replace("ndims: [2]", "ndims: 2"), "support[0].ndims", "must be a non-empty list"),
+    (GOOD.replace("fake_test", "nonexistent"), "families[0]", "is not a kernel family"),
+    ("op: [unclosed\n", "file", "not valid YAML"),
+])
+def test_bad_config_errors_name_file_entry_and_problem(tmp_path, text, where, problem):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        expand_file(path)
+    msg = str(info.value)
+    assert str(path) in msg and where in msg and problem in msg, msg
+
+
+def test_shipped_configs_expand_and_cover_the_contract():
+    reg = get_registry()
+    for op in ("conv_bwd_data", "conv_bwd_weight"):
+        for fam in ("nhwgc", "gnhwc", "ngchw", "ngchw_kcyx"):
+            for nd in (1, 2, 3):
+                for dt in ("fp32", "fp32_tf32", "fp16", "bf16"):
+                    for fo in ("passthrough", "scale", "bilinear", "custom"):
+                        assert reg.is_declared(op, fam, dt, nd, fo), (op, fam, dt, nd, fo)
+                        assert reg.instances(op=op, layout=fam, dtype=dt, ndim=nd, fused_op=fo)
+    assert reg.is_declared("conv_bwd_weight", "nhwgc", "bf16_fp32w", 3, "bilinear")
+    assert reg.is_declared("conv_bwd_data", "nhwgc", "fp16", 2, "add_relu")
+    assert not reg.is_declared("conv_bwd_data", "nhwgc", "bf16_fp32w", 2, "passthrough")
+    algs = {i.algorithm for i in reg.instances(op="conv_bwd_weight")}
+    assert {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "direct"} <= algs

@@ -1,0 +1,251 @@
+"""GPU verification and first timings, in one device run.
+
+    python tools/gpu_check.py --out $OUT [--matrix] [--ck] [--bench] [--budget-s 480]
+
+--matrix  every layout family x ndim x dtype x op, strides 1/2/3, dilation 2, asymmetric pads, G>1,
+          C or K = 1, every fused op, several instances per combination, against float64.
+--ck      CK's own test problems (configs/ck_test_problems.yaml) at full size against float64.
+--bench   the seed problems: best of the runnable instances vs cuDNN (cudnn.benchmark, channels-last)
+          measured in the same run: median ms, TFLOP/s, GB/s, ratio.
+Writes results as JSON lines under --out and prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.layouts import all_layouts  # noqa: E402
+from instance_factory.problem import ConvParams  # noqa: E402
+from instance_factory.registry import get_registry  # noqa: E402
+from instance_factory.verify import Case, verify_instance  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE = [float("inf")]
+
+
+def _spatial(ndim: int, v: int) -> tuple[int, ...]:
+    return (v,) * ndim
+
+
+def matrix_cases() -> list[Case]:
+    """The interpreter test matrix at GPU-friendly (still small) sizes."""
+    cases = []
+    for lt in all_layouts():
+        nd = lt.ndim
+        sp = {1: 33, 2: 17, 3: 9}[nd]
+        P = ConvParams
+        base = [
+            P(nd, 1, 4, 32, 48, _spatial(nd, 3), _spatial(nd, sp), _spatial(nd, 1), _spatial(nd, 1),
+              _spatial(nd, 1), _spatial(nd, 1)),
+            P(nd, 3, 2, 24, 40, _spatial(nd, 3), _spatial(nd, sp), _spatial(nd, 2), _spatial(nd, 2),
+              _spatial(nd, 2), _spatial(nd, 1)),
+            P(nd, 2, 3, 17, 1, _spatial(nd, 2), _spatial(nd, sp), _spatial(nd, 3), _spatial(nd, 1),
+              _spatial(nd, 0), _spatial(nd, 2)),
+        ]
+        for op in ("conv_bwd_data", "conv_bwd_weight"):
+            dts = ["fp32", "fp32_tf32", "fp16", "bf16"] + (["bf16_fp32w"] if op == "conv_bwd_weight" else [])
+            for i, dt in enumerate(dts):
+                p = base[i % len(base)]
+                cases.append(Case(op, p, lt.name, dt, label=f"{op[5:]} {lt.name} {dt} {p.key()}"))
+            fused = [("scale", 0), ("bilinear", 1), ("add", 2), ("add_relu", 1)]
+            fo, nds = fused[(nd + len(lt.family)) % len(fused)]
+            cases.append(Case(op, base[1], lt.name, "fp16", fo, nds, label=f"{op[5:]} {lt.name} fp16 {fo}"))
+    return cases
+
+
+def ck_cases(include_large: bool) -> list[Case]:
+    path = REPO / "configs" / "ck_test_problems.yaml"
+    if not path.exists():
+        return []
+    doc = yaml.safe_load(path.read_text())
+    fam_layout = {1: "NWGC/GKXC/NWGK", 2: "NHWGC/GKYXC/NHWGK", 3: "NDHWGC/GKZYXC/NDHWGK"}
+    out = []
+    for e in doc["problems"]:
+        if e.get("large") and not include_large:
+            continue
+        p = ConvParams(e["ndim"], e["G"], e["N"], e["K"], e["C"], tuple(e["filter"]), tuple(e["input"]),
+                       tuple(e["stride"]), tuple(e["dilation"]), tuple(e["left_pad"]), tuple(e["right_pad"]))
+        fo = e.get("fused", "passthrough")
+        nds = 1 if fo == "bilinear" else 0
+        for dt in ("fp16", "bf16") if e["op"] == "conv_bwd_data" else ("fp16", "bf16_fp32w"):
+            out.append(Case(e["op"], p, fam_layout[p.ndim], dt, fo, nds, label=f"CK {e['test']} {p.key()} {dt}"))
+    return out
+
+
+def run_cases(cases: list[Case], per_case: int, log) -> list[dict]:
+    reg = get_registry()
+    rows = []
+    for idx, case in enumerate(cases):
+        if time.time() > DEADLINE[0]:
+            rows.append({"case": case.title, "status": "SKIPPED (time budget)"})
+            continue
+        runnable, declined = reg.candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
+        if not runnable:
+            rows.append({"case": case.title, "status": "NO INSTANCE", "reasons": sorted({r for _, r in declined})[:3]})
+            continue
+        # a few instances, rotating through the list so different tiles get exercised across cases
+        by_alg: dict[str, list] = {}
+        for inst in runnable:
+            by_alg.setdefault(inst.algorithm, []).append(inst)
+        chosen = []
+        for group in by_alg.values():
+            chosen += [group[(idx * 7 + j * 13) % len(group)] for j in range(min(per_case, len(group)))]
+        for inst in chosen:
+            row = {"case": case.title, "op": case.op, "problem": case.params.key(), "layout": case.layout,
+                   "dtype": case.dtype, "fused_op": case.fused_op, "instance": inst.name}
+            try:
+                r = verify_instance(inst, case, "cuda", seed=idx)
+                row.update(error=r.error, tol=r.tolerance, status="PASS" if r.passed else "FAIL")
+            except Exception as exc:  # record, keep going
+                row.update(error=float("nan"), status=f"ERROR {type(exc).__name__}: {str(exc)[:200]}")
+            rows.append(row)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+    return rows
+
+
+def bench(out_dir: Path, log) -> list[dict]:
+    import triton.testing
+
+    from instance_factory.ops import make_problem_tensors, prepare
+    from instance_factory.reference import rel_error
+
+    torch.backends.cudnn.benchmark = True
+    seeds = [
+        ("seed s2", "conv_bwd_data", ConvParams(2, 1, 128, 256, 128, (3, 3), (71, 71), (2, 2), (1, 1), (1, 1), (1, 1)), "fp16", "passthrough"),
+        ("seed s2 +add", "conv_bwd_data", ConvParams(2, 1, 128, 256, 128, (3, 3), (71, 71), (2, 2), (1, 1), (1, 1), (1, 1)), "fp16", "add"),
+        ("r50 3x3 c64", "conv_bwd_data", ConvParams(2, 1, 128, 64, 64, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)), "fp16", "passthrough"),
+        ("dense bf16", "conv_bwd_weight", ConvParams(2, 1, 128, 256, 128, (3, 3), (71, 71), (2, 2), (1, 1), (1, 1), (1, 1)), "bf16", "passthrough"),
+        ("resnext 32x4", "conv_bwd_weight", ConvParams(2, 32, 128, 4, 4, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)), "bf16", "passthrough"),
+        ("depthwise 144", "conv_bwd_weight", ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)), "bf16", "passthrough"),
+        ("depthwise 144", "conv_bwd_data", ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)), "bf16", "passthrough"),
+    ]
+    layout = "NHWGC/GKYXC/NHWGK"
+    reg = get_registry()
+    rows = []
+    for label, op, p, dt, fo in seeds:
+        if time.time() > DEADLINE[0]:
+            break
+        nds = 1 if fo == "add" else 0
+        t = make_problem_tensors(op, p, layout, dt, nds, "cuda", seed=1)
+        runnable, _ = reg.candidates(op, p, layout, dt, fo)
+        best = None
+        for inst in runnable:
+            if time.time() > DEADLINE[0]:
+                break
+            try:
+                _, args = prepare(op, t["a"], t["b"], p, layout=layout, ds=t["ds"], fused_op=fo, instance=inst)
+                launch = inst.alg.launch
+                launch(args)
+                ms = triton.testing.do_bench(lambda launch=launch, args=args: launch(args), warmup=25, rep=100, return_mode="median")
+            except Exception as exc:
+                log.write(json.dumps({"bench": label, "instance": inst.name, "error": str(exc)[:200]}) + "\n")
+                continue
+            log.write(json.dumps({"bench": label, "instance": inst.name, "ms": ms}) + "\n")
+            if best is None or ms < best[1]:
+                best = (inst, ms, args)
+        if best is None:
+            continue
+        inst, ms, args = best
+        # verify the winner on these very inputs
+        from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight
+
+        args.out.fill_(float("nan"))
+        inst.alg.launch(args)
+        ref = (ref_conv_bwd_data if op == "conv_bwd_data" else ref_conv_bwd_weight)(
+            t["a"], t["b"], p, layout, ds=t["ds"], op=fo)
+        err = rel_error(args.out, ref)
+        cudnn_ms = cudnn_time(op, p, dt, fo, t)
+        eb = 2 if dt != "fp32" else 4
+        gb = p.bytes_moved(op, eb, nds, 4 if dt == "bf16_fp32w" else None) / (ms * 1e-3) / 1e9
+        row = {"bench": label, "op": op, "problem": p.key(), "dtype": dt, "fused_op": fo, "best": inst.name,
+               "ms": ms, "tflops": p.flops() / (ms * 1e-3) / 1e12, "gbps": gb, "cudnn_ms": cudnn_ms,
+               "ratio_vs_cudnn": cudnn_ms / ms, "error": err, "candidates": len(runnable)}
+        rows.append(row)
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+    return rows
+
+
+def cudnn_time(op: str, p: ConvParams, dt: str, fo: str, t: dict) -> float:
+    """cuDNN through torch (NCHW logical, channels-last memory), incl. the separate residual add."""
+    import triton.testing
+
+    dtype = DATA_TYPES[dt].data
+    N, G, C, K = p.N, p.G, p.C, p.K
+    x = torch.randn(N, G * C, *p.input, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    w = torch.randn(G * K, C, *p.filter, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    dy = torch.randn(N, G * K, *p.output, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    assert p.left_pad == p.right_pad, "cuDNN timing assumes symmetric padding"
+    mask = [op == "conv_bwd_data", op == "conv_bwd_weight", False]
+    resid = torch.randn_like(x) if fo == "add" else None
+
+    def fn():
+        r = torch.ops.aten.convolution_backward(dy, x, w, None, list(p.stride), list(p.left_pad),
+                                                list(p.dilation), False, [0] * p.ndim, G, mask)
+        if resid is not None:
+            return r[0] + resid
+        return r
+
+    fn()
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "gpu_out"))
+    ap.add_argument("--matrix", action="store_true")
+    ap.add_argument("--ck", action="store_true")
+    ap.add_argument("--ck-large", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--per-case", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=480)
+    ns = ap.parse_args()
+    DEADLINE[0] = time.time() + ns.budget_s
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = torch.cuda.get_device_name()
+    import triton
+
+    meta = {"device": dev, "torch": torch.__version__, "triton": triton.__version__,
+            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count, "date": time.strftime("%F %T")}
+    print(json.dumps(meta), flush=True)
+    summary = []
+    with open(out / "gpu_check.jsonl", "w") as log:
+        log.write(json.dumps(meta) + "\n")
+        for flag, name, cases in ((ns.matrix, "matrix", matrix_cases), (ns.ck, "ck", lambda: ck_cases(ns.ck_large))):
+            if not flag:
+                continue
+            t0 = time.time()
+            rows = run_cases(cases(), ns.per_case, log)
+            done = [r for r in rows if "error" in r]
+            bad = [r for r in rows if r.get("status") not in ("PASS",)]
+            worst = max((r["error"] for r in done if r["error"] == r["error"]), default=float("nan"))
+            summary.append(f"{name}: {len(done)} instance runs, {len(done) - len(bad)} pass, "
+                           f"{len(bad)} not passing, worst error {worst:.2e}, {time.time() - t0:.0f}s")
+            for r in bad[:15]:
+                print("  NOT PASS:", r.get("case"), r.get("instance", ""), r.get("status"), r.get("error", ""))
+        if ns.bench:
+            rows = bench(out, log)
+            summary.append("bench (ms ours / ms cuDNN -> ratio > 1 means faster than cuDNN):")
+            for r in rows:
+                summary.append(f"  {r['bench']:14s} {r['op'][5:]:12s} {r['dtype']:10s} ours {r['ms']:.4f} ms "
+                               f"{r['tflops']:.0f} TF/s {r['gbps']:.0f} GB/s | cuDNN {r['cudnn_ms']:.4f} ms | "
+                               f"ratio {r['ratio_vs_cudnn']:.2f} | err {r['error']:.1e} | {r['best']}")
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
