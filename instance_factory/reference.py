@@ -1,12 +1,13 @@
 """float64 references for grouped conv forward, bwd data and bwd weight, any layout, with fused ops.
 
-Built on torch's CPU convolution in float64 through autograd, so asymmetric padding, groups,
+Built on torch's convolution in float64 (on the operands' device) through autograd, so asymmetric padding, groups,
 stride and dilation all come from one well-tested path. Tests and GPU verification share these.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -68,21 +69,21 @@ def _fwd_canonical(x: torch.Tensor, w: torch.Tensor, p: ConvParams) -> torch.Ten
 
 def ref_conv_fwd(x: torch.Tensor, w: torch.Tensor, p: ConvParams, layout: str) -> torch.Tensor:
     lt = parse_layout(layout, p.ndim)
-    xc = to_canonical(x.detach().cpu().double(), lt, "input")
-    wc = to_canonical(w.detach().cpu().double(), lt, "weight")
+    xc = to_canonical(x.detach().double(), lt, "input")
+    wc = to_canonical(w.detach().double(), lt, "weight")
     return from_canonical(_fwd_canonical(xc, wc, p), lt, "output")
 
 
 def _bwd(p: ConvParams, lt: LayoutTriple, x: torch.Tensor | None, w: torch.Tensor | None,
          dy: torch.Tensor, want: str) -> torch.Tensor:
-    dyc = to_canonical(dy.detach().cpu().double(), lt, "output")
+    dyc = to_canonical(dy.detach().double(), lt, "output")
     if want == "input":
-        xc = torch.zeros((p.N, p.G, p.C, *p.input), dtype=torch.float64, requires_grad=True)
-        wc = to_canonical(w.detach().cpu().double(), lt, "weight")  # type: ignore[union-attr]
+        xc = torch.zeros((p.N, p.G, p.C, *p.input), dtype=torch.float64, device=dyc.device, requires_grad=True)
+        wc = to_canonical(w.detach().double(), lt, "weight")  # type: ignore[union-attr]
         leaf = xc
     else:
-        xc = to_canonical(x.detach().cpu().double(), lt, "input")  # type: ignore[union-attr]
-        wc = torch.zeros((p.G, p.K, p.C, *p.filter), dtype=torch.float64, requires_grad=True)
+        xc = to_canonical(x.detach().double(), lt, "input")  # type: ignore[union-attr]
+        wc = torch.zeros((p.G, p.K, p.C, *p.filter), dtype=torch.float64, device=dyc.device, requires_grad=True)
         leaf = wc
     y = _fwd_canonical(xc, wc, p)
     (g,) = torch.autograd.grad(y, leaf, grad_outputs=dyc)
@@ -92,7 +93,7 @@ def _bwd(p: ConvParams, lt: LayoutTriple, x: torch.Tensor | None, w: torch.Tenso
 def apply_fused_op_ref(acc: torch.Tensor, op: Any, ds: Sequence[torch.Tensor], alpha: float,
                        beta: float, user_ref: Callable | None = None) -> torch.Tensor:
     """E = f(acc, D...) in float64. A user Triton function needs a torch twin ``user_ref``."""
-    d = [t.detach().cpu().double() for t in ds]
+    d = [t.detach().double() for t in ds]
     if op == "passthrough":
         return acc
     if op == "scale":
@@ -131,8 +132,8 @@ def ref_conv_bwd_weight(x: torch.Tensor, grad_out: torch.Tensor, p: ConvParams, 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; NaN/inf anywhere gives inf (never passes)."""
-    o = out.detach().cpu().double()
-    r = ref.detach().cpu().double()
+    r = ref.detach().double()
+    o = out.detach().to(device=r.device, dtype=torch.float64)
     if o.shape != r.shape:
         raise ValueError(f"shape mismatch: result {tuple(o.shape)} vs reference {tuple(r.shape)}")
     if not torch.isfinite(o).all():
