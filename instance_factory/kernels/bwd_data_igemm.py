@@ -1,0 +1,378 @@
+"""conv_bwd_data (dL/dIn) as one implicit GEMM per group, with stride-phase decomposition.
+
+Per group g: M = N * prod(in), N_gemm = C, K_gemm = K * taps and
+
+    dx[n, hi, c] = sum over (k, tap y) of dy[n, ho, k] * w[k, y, c],  ho = (hi + lp - y*dil) / stride
+
+where only integer, in-range ho contribute. With stride > 1 the input positions split into
+prod(stride) phases (hi = r + s*i); each phase is a dense sub-GEMM over only the taps that hit
+(``stride_phases`` in geometry.py), so no work is spent on the zero-inserted taps. All phases run in
+ONE launch: program id 0 = (tile, phase) with the phase fastest, so consecutive programs read the
+same dy rows (the phases of one tile index share their ho range) and stay in L2; the tiles of one
+phase are rasterized in groups of ``group_m`` m-tiles. Program id 1 is the group.
+
+The reduction loop runs over the flattened (tap, k-chunk) index so Triton can software-pipeline it
+(``num_stages``); the accumulator is fp32 and the multiple-D epilogue (``apply_epilogue``) runs in
+registers before the one store of the result. Phases with no taps skip the loop and still store
+E = f(0, D...). The ``1x1s1p0`` spec is the plain GEMM of a 1x1, stride-1, pad-0 filter: no tap loop,
+no ho masks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, interpreting, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .geometry import ConvGeometry, stride_phases
+
+__all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "check_config", "decline", "launch"]
+
+PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "spec")
+SPECS = ("default", "1x1s1p0")
+SMEM_BYTES = 227 * 1024  # Hopper's opt-in shared memory per block
+_NUM_WARPS = (1, 2, 4, 8, 16)
+_MAX_BLOCK = 256
+_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")  # the bwd-data rows of the dtype table
+_PHASE_FIELDS = 16  # per phase: (r, count, tap0, ntaps, ho_base) for D, H, W, then one pad
+_MAX_GRID_Y = 65535
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernel
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _bwd_data_igemm_kernel(
+    dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, phase_ptr,
+    alpha, beta,
+    N, K, C,
+    Do, Ho, Wo,  # grad_out spatial lengths (padded to 3D)
+    s_d, s_h, s_w,  # conv strides
+    step_d, step_h, step_w,  # tap step per phase index j: s / gcd(s, dil)
+    hstep_d, hstep_h, hstep_w,  # ho step per phase index j: dil / gcd(s, dil)
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # grad_in (and every D) strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # weight strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    num_phases, num_pid_m, num_pid_n,  # num_pid_m: m-tiles of the largest phase
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPEC_1X1: tl.constexpr,  # 1x1 filter, stride 1, pad 0: plain GEMM over flat spatial index
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,  # K % BLOCK_K == 0, C % BLOCK_N == 0: no k / c masks
+    USE_INT64: tl.constexpr,  # 64-bit offsets (a tensor has >= 2**31 elements)
+    UPCAST: tl.constexpr,  # load bf16 operands as fp32 before tl.dot (interpreter bug triton#11584)
+    PRECISION: tl.constexpr,  # tl.dot input_precision: "ieee" or "tf32" (ignored for fp16/bf16)
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    g = tl.program_id(1)
+    if USE_INT64:
+        g = g.to(tl.int64)
+
+    # ---- which phase and which (m, n) tile: phase fastest, grouped rasterization of the tiles --
+    phase = pid % num_phases
+    tile = pid // num_phases
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile % num_pid_in_group) % group_size_m
+    pid_n = (tile % num_pid_in_group) // group_size_m
+
+    # ---- the phase's table row --------------------------------------------------------------
+    prow = phase_ptr + phase * 16
+    cnt_d = tl.load(prow + 1)
+    cnt_h = tl.load(prow + 6)
+    cnt_w = tl.load(prow + 11)
+    m_phase = N * cnt_d * cnt_h * cnt_w
+    if pid_m * BLOCK_M >= m_phase:
+        return  # this phase has fewer m-tiles than the largest one
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < m_phase
+    n_ok = offs_n < C
+    if USE_INT64:
+        offs_n = offs_n.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    b_cols = offs_n[None, :] * ws_c
+    b_col_ok = n_ok[None, :]
+
+    if SPEC_1X1:
+        # in == out and every spatial dim is packed, so the flat spatial index sp addresses both
+        sp_len = cnt_d * cnt_h * cnt_w
+        n_idx = offs_m // sp_len
+        sp = offs_m % sp_len
+        if USE_INT64:
+            n_idx = n_idx.to(tl.int64)
+            sp = sp.to(tl.int64)
+        x_row = g * xs_g + n_idx * xs_n + sp * xs_w
+        a_rows = dy_ptr + (g * ys_g + n_idx * ys_n + sp * ys_w)[:, None]
+        b_base = w_ptr + g * ws_g + b_cols
+        for kt in range(0, k_tiles):
+            ks = kt * BLOCK_K + offs_k
+            a_ptrs = a_rows + ks[None, :] * ys_k
+            b_ptrs = b_base + ks[:, None] * ws_k
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=m_ok[:, None], other=0.0)
+                if EVEN_N:
+                    b = tl.load(b_ptrs)
+                else:
+                    b = tl.load(b_ptrs, mask=b_col_ok, other=0.0)
+            else:
+                k_ok = ks < K
+                a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=k_ok[:, None] & b_col_ok, other=0.0)
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    else:
+        r_d = tl.load(prow + 0)
+        tap0_d = tl.load(prow + 2)
+        nt_d = tl.load(prow + 3)
+        hb_d = tl.load(prow + 4)
+        r_h = tl.load(prow + 5)
+        tap0_h = tl.load(prow + 7)
+        nt_h = tl.load(prow + 8)
+        hb_h = tl.load(prow + 9)
+        r_w = tl.load(prow + 10)
+        tap0_w = tl.load(prow + 12)
+        nt_w = tl.load(prow + 13)
+        hb_w = tl.load(prow + 14)
+
+        # m -> (n, i_d, i_h, i_w) of this phase; input position hi = r + s*i
+        i_w = offs_m % cnt_w
+        t = offs_m // cnt_w
+        i_h = t % cnt_h
+        t = t // cnt_h
+        i_d = t % cnt_d
+        n_idx = t // cnt_d
+        # ho at tap index j = 0 (ho = ho_base + i - j*ho_step)
+        v_d = i_d + hb_d
+        v_h = i_h + hb_h
+        v_w = i_w + hb_w
+        if USE_INT64:
+            n_idx = n_idx.to(tl.int64)
+            v_d = v_d.to(tl.int64)
+            v_h = v_h.to(tl.int64)
+            v_w = v_w.to(tl.int64)
+            i_d = i_d.to(tl.int64)
+            i_h = i_h.to(tl.int64)
+            i_w = i_w.to(tl.int64)
+        x_row = (g * xs_g + n_idx * xs_n + (r_d + s_d * i_d) * xs_d + (r_h + s_h * i_h) * xs_h
+                 + (r_w + s_w * i_w) * xs_w)
+        a_rows = dy_ptr + (g * ys_g + n_idx * ys_n + v_d * ys_d + v_h * ys_h + v_w * ys_w)[:, None]
+        b_base = w_ptr + (g * ws_g + tap0_d * ws_z + tap0_h * ws_y + tap0_w * ws_x) + b_cols
+
+        n_iter = nt_d * nt_h * nt_w * k_tiles  # 0 for a phase no tap hits: acc stays 0
+        for it in range(0, n_iter):
+            tap = it // k_tiles
+            kt = it - tap * k_tiles
+            if USE_INT64:
+                tap = tap.to(tl.int64)
+            j_w = tap % nt_w
+            tap2 = tap // nt_w
+            j_h = tap2 % nt_h
+            j_d = tap2 // nt_h
+            ho_d = v_d - j_d * hstep_d
+            ho_h = v_h - j_h * hstep_h
+            ho_w = v_w - j_w * hstep_w
+            row_ok = (m_ok & (ho_d >= 0) & (ho_d < Do) & (ho_h >= 0) & (ho_h < Ho)
+                      & (ho_w >= 0) & (ho_w < Wo))
+            a_shift = j_d * hstep_d * ys_d + j_h * hstep_h * ys_h + j_w * hstep_w * ys_w
+            b_shift = j_d * step_d * ws_z + j_h * step_h * ws_y + j_w * step_w * ws_x
+            ks = kt * BLOCK_K + offs_k
+            a_ptrs = a_rows - a_shift + ks[None, :] * ys_k
+            b_ptrs = b_base + b_shift + ks[:, None] * ws_k
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+                if EVEN_N:
+                    b = tl.load(b_ptrs)
+                else:
+                    b = tl.load(b_ptrs, mask=b_col_ok, other=0.0)
+            else:
+                k_ok = ks < K
+                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=k_ok[:, None] & b_col_ok, other=0.0)
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    # ---- fused multiple-D epilogue in registers, one store ------------------------------------
+    o_offs = x_row[:, None] + offs_n[None, :] * xs_c
+    o_mask = m_ok[:, None] & n_ok[None, :]
+    acc = apply_epilogue(acc, o_offs, o_mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                         OP, NUM_DS, USER_FN)
+    tl.store(out_ptr + o_offs, acc.to(out_ptr.dtype.element_ty), mask=o_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# host side
+# ------------------------------------------------------------------------------------------------
+def _is_pow2(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
+
+
+def _smem_bytes(cfg: dict, elem_bytes: int) -> int:
+    """Operand staging buffers of the pipelined loop (fp32 accumulators live in registers)."""
+    stage = (cfg["block_m"] * cfg["block_k"] + cfg["block_k"] * cfg["block_n"]) * elem_bytes
+    return stage * max(1, cfg["num_stages"])
+
+
+def check_config(cfg: dict) -> str | None:
+    """None for a buildable tile, else why not (expansion-time cull, independent of the problem)."""
+    missing = [p for p in PARAM_NAMES if p not in cfg]
+    if missing:
+        return f"missing parameters {missing} (igemm takes {', '.join(PARAM_NAMES)})"
+    for name in ("block_m", "block_n", "block_k"):
+        v = cfg[name]
+        if not _is_pow2(v) or v < 16:
+            return f"{name}={v!r} must be a power of two >= 16 (tl.dot's smallest tile)"
+        if v > _MAX_BLOCK:
+            return f"{name}={v} is over {_MAX_BLOCK}"
+    if cfg["block_m"] * cfg["block_n"] > 256 * 256:
+        return f"a {cfg['block_m']}x{cfg['block_n']} fp32 accumulator does not fit in registers"
+    gm = cfg["group_m"]
+    if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
+        return f"group_m={gm!r} must be a positive int"
+    if cfg["num_warps"] not in _NUM_WARPS:
+        return f"num_warps={cfg['num_warps']!r} must be one of {_NUM_WARPS}"
+    ns = cfg["num_stages"]
+    if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
+        return f"num_stages={ns!r} must be an int in 1..8"
+    if cfg["spec"] not in SPECS:
+        return f"spec={cfg['spec']!r} is unknown; igemm specs: {', '.join(SPECS)}"
+    # a tile is impossible only if it overflows shared memory even for 2-byte operands; fp32
+    # problems that overflow are declined per problem (decline) so fp16/bf16 keep big tiles
+    need = _smem_bytes(cfg, 2)
+    if need > SMEM_BYTES:
+        return (f"needs {need // 1024} KiB of shared memory with 2-byte operands "
+                f"(num_stages={ns}), over the {SMEM_BYTES // 1024} KiB of a Hopper SM")
+    return None
+
+
+def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """None when this instance can run the problem, else a clear reason."""
+    if dtype.name not in _DTYPES:
+        return (f"igemm bwd data has no {dtype.name!r} variant ({dtype.label}); it supports "
+                f"{', '.join(_DTYPES)}")
+    if cfg.get("spec") == "1x1s1p0" and not params.is_1x1_stride1_pad0:
+        return (f"spec 1x1s1p0 needs a 1x1 filter, stride 1 and pad 0; the problem has filter "
+                f"{params.filter}, stride {params.stride}, pads {params.left_pad}/{params.right_pad}")
+    if params.G > _MAX_GRID_Y:
+        return f"G={params.G} is over the {_MAX_GRID_Y} groups the launch grid's y axis holds"
+    elem = dtype.data.itemsize
+    need = _smem_bytes(cfg, elem)
+    if need > SMEM_BYTES:
+        return (f"tile {cfg['block_m']}x{cfg['block_n']}x{cfg['block_k']} with num_stages="
+                f"{cfg['num_stages']} needs {need // 1024} KiB of shared memory for {dtype.name} "
+                f"operands, over {SMEM_BYTES // 1024} KiB")
+    return None
+
+
+_PHASE_CACHE: dict = {}
+
+
+def _phase_table(geo: ConvGeometry, spec_1x1: bool, device) -> tuple:
+    """(int32 tensor [phases*16] on ``device``, phases, largest phase's prod(count))."""
+    key = (geo.in3, geo.filt3, geo.stride3, geo.dil3, geo.pad3, spec_1x1, str(device))
+    hit = _PHASE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    if spec_1x1:
+        rows = [[0, geo.in3[0], 0, 1, 0, 0, geo.in3[1], 0, 1, 0, 0, geo.in3[2], 0, 1, 0, 0]]
+    else:
+        rows = []
+        for ph in stride_phases(geo):
+            row: list[int] = []
+            for pd in ph:
+                row += [pd.r, pd.count, pd.tap0, pd.ntaps, pd.ho_base]
+            rows.append(row + [0])
+    assert all(len(r) == _PHASE_FIELDS for r in rows)
+    m_max = max(r[1] * r[6] * r[11] for r in rows)
+    table = torch.tensor(rows, dtype=torch.int32).flatten().to(device)
+    if len(_PHASE_CACHE) > 256:
+        _PHASE_CACHE.clear()
+    out = (table, len(rows), m_max)
+    _PHASE_CACHE[key] = out
+    return out
+
+
+def _packed(strides: tuple[int, ...], lens: tuple[int, int, int]) -> bool:
+    """Spatial dims d, h, w laid out back to back (flat index * w stride addresses them)."""
+    sd, sh, sw = strides
+    return (lens[1] == 1 or sh == lens[2] * sw) and (lens[0] == 1 or sd == lens[1] * lens[2] * sw)
+
+
+def launch(args: RunArgs) -> None:
+    """Fill ``args.out`` (preallocated grad_in, contiguous in the input layout) in one launch."""
+    geo, cfg, dt = args.geo, args.cfg, args.dtype
+    spec_1x1 = cfg["spec"] == "1x1s1p0"
+    assert dt.name in _DTYPES, dt.name
+    assert args.out.is_contiguous() and args.out.dtype == (dt.result or dt.data)
+    if spec_1x1:
+        assert args.params.is_1x1_stride1_pad0
+        assert geo.in3 == geo.out3
+        assert _packed(geo.x_strides[3:], geo.in3) and _packed(geo.y_strides[3:], geo.out3)
+    bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+    table, n_phases, m_cnt = _phase_table(geo, spec_1x1, args.out.device)
+    num_pid_m = triton.cdiv(geo.N * m_cnt, bm)
+    num_pid_n = triton.cdiv(geo.C, bn)
+    grid = (n_phases * num_pid_m * num_pid_n, geo.G)
+
+    upcast = interpreting() and dt.data == torch.bfloat16
+    precision = "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
+    ds = tuple(args.ds)
+    d0, d1, d2, d3 = epilogue_args(ds, args.out)
+    s, d = geo.stride3, geo.dil3
+    steps = [s[a] // math.gcd(s[a], d[a]) for a in range(3)]
+    hsteps = [d[a] // math.gcd(s[a], d[a]) for a in range(3)]
+    _bwd_data_igemm_kernel[grid](
+        args.a, args.b, args.out, d0, d1, d2, d3, table,
+        float(args.alpha), float(args.beta),
+        geo.N, geo.K, geo.C,
+        *geo.out3,
+        *s,
+        *steps,
+        *hsteps,
+        *geo.x_strides,
+        *geo.w_strides,
+        *geo.y_strides,
+        n_phases, num_pid_m, num_pid_n,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["group_m"],
+        SPEC_1X1=spec_1x1,
+        EVEN_K=geo.K % bk == 0, EVEN_N=geo.C % bn == 0,
+        USE_INT64=geo.needs_int64,
+        UPCAST=upcast,
+        PRECISION=precision,
+        OP=args.fused.code, NUM_DS=len(ds), USER_FN=user_fn_or_noop(args.user_fn),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return None
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op="conv_bwd_data",
+    name="igemm",
+    param_names=PARAM_NAMES,
+    check_config=check_config,
+    decline=decline,
+    launch=launch,
+    description=(
+        "implicit GEMM dL/dIn per group (M = N*prod(in), N = C, K = K*taps) with all stride phases "
+        "in one launch, flattened (tap, k) pipelined loop, grouped rasterization, fp32 accumulate, "
+        "fused multiple-D epilogue; spec 1x1s1p0 is the plain GEMM of a 1x1/stride-1/pad-0 filter"
+    ),
+))
