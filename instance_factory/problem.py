@@ -8,8 +8,8 @@ serialization; new fields may only ever be appended as suffixes so old keys stay
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = ["ConvParams"]
 
@@ -138,7 +138,7 @@ class ConvParams:
         )
 
     @classmethod
-    def from_key(cls, key: str) -> "ConvParams":
+    def from_key(cls, key: str) -> ConvParams:
         """Inverse of :meth:`key`."""
         try:
             parts = key.split("-")

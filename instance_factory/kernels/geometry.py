@@ -36,7 +36,7 @@ class ConvGeometry:
     y_numel: int
 
     @classmethod
-    def build(cls, p: ConvParams, lt: LayoutTriple) -> "ConvGeometry":
+    def build(cls, p: ConvParams, lt: LayoutTriple) -> ConvGeometry:
         xs = lt.strides("input", p)
         ws = lt.strides("weight", p)
         ys = lt.strides("output", p)
