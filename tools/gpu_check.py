@@ -4,7 +4,7 @@
 
 --matrix  every layout family x ndim x dtype x op, strides 1/2/3, dilation 2, asymmetric pads, G>1,
           C or K = 1, every fused op, several instances per combination, against float64.
---ck      CK's own test problems (configs/ck_test_problems.yaml) at full size against float64.
+--ck      CK's own test problems (tools/ck_test_problems.yaml) at full size against float64.
 --bench   the seed problems: best of the runnable instances vs cuDNN (cudnn.benchmark, channels-last)
           measured in the same run: median ms, TFLOP/s, GB/s, ratio.
 Writes results as JSON lines under --out and prints a short table last.
@@ -65,7 +65,7 @@ def matrix_cases() -> list[Case]:
 
 
 def ck_cases(include_large: bool) -> list[Case]:
-    path = REPO / "configs" / "ck_test_problems.yaml"
+    path = REPO / "tools" / "ck_test_problems.yaml"
     if not path.exists():
         return []
     doc = yaml.safe_load(path.read_text())
