@@ -38,7 +38,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -620,11 +620,13 @@ def _notify_change() -> None:
 # validity and the derived best
 # --------------------------------------------------------------------------------------------
 def valid_rows(df: pd.DataFrame, *, device: DeviceInfo | None = None, software: Software | None = None,
-               kernel_hashes: Mapping[str, str] | None = None, ok_only: bool = True) -> pd.DataFrame:
+               kernel_hashes: Mapping[str, str] | Callable[[str], str | None] | None = None,
+               ok_only: bool = True) -> pd.DataFrame:
     """Rows measured on ``device`` with ``software`` whose kernel hash still matches.
 
-    ``kernel_hashes`` maps instance name -> current kernel hash; an instance missing from it (removed
-    from the registry) makes its rows invalid too.
+    ``kernel_hashes`` maps instance name -> current kernel hash (a mapping, or a function such as
+    :func:`registry_kernel_hashes`); an instance it does not know (removed from the registry) makes
+    its rows invalid too.
     """
     if len(df) == 0:
         return df
@@ -638,8 +640,25 @@ def valid_rows(df: pd.DataFrame, *, device: DeviceInfo | None = None, software: 
         m &= (df["triton_version"] == software.triton) & (df["torch_version"] == software.torch) & (
             df["package_version"] == software.package)
     if kernel_hashes is not None:
-        m &= df["instance"].map(kernel_hashes) == df["kernel_hash"]
+        get = kernel_hashes.get if isinstance(kernel_hashes, Mapping) else kernel_hashes
+        current = {n: get(n) for n in df["instance"].unique()}
+        m &= df["instance"].map(current) == df["kernel_hash"]
     return df[m.fillna(False).astype(bool)]
+
+
+def registry_kernel_hashes() -> Callable[[str], str | None]:
+    """name -> the registry's current kernel hash (None for an unknown name), computed lazily."""
+    from ..registry import get_registry
+
+    reg = get_registry()
+
+    def current(name: str) -> str | None:
+        try:
+            return reg.get(name).kernel_hash
+        except KeyError:
+            return None
+
+    return current
 
 
 def best_per_problem(df: pd.DataFrame) -> pd.DataFrame:

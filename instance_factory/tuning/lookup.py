@@ -1,0 +1,352 @@
+"""Run-time lookup: which instance runs a problem on this device.
+
+``lookup(op, params, layout=..., dtype=...)`` is what ``conv_bwd_data`` / ``conv_bwd_weight`` call
+with ``instance=None``. Its answer is cached in-process on a plain tuple of the arguments, so a
+repeated call is one dict hit (about 1 microsecond; see tests/test_tuning_lookup.py).
+
+Where the answer comes from, in order:
+
+1. **Exact hit**: the problem key (op, layout, dtype, fused op, ConvParams) has valid rows in the
+   user tier (``$INSTANCE_FACTORY_USER_DB``) or else in the shipped system tier (``tuning_db/``):
+   the fastest ``ok`` row measured on this device (name, compute capability, SM count) with this
+   software (Triton, torch, instance_factory versions) whose kernel hash still matches the registry.
+   If that instance now declines the problem, the next fastest valid one is used.
+2. **Miss**: the policy from ``policy=`` or ``$INSTANCE_FACTORY_MISS_POLICY`` (default
+   ``heuristic``); a warning is issued once per problem key:
+
+   * ``"heuristic"``: the nearest tuned problem with the same op, layout, dtype and fused op, by the
+     distance below, whose winner can run this problem (ties: the smaller problem key). If no tuned
+     winner can run it (or nothing of that kind is tuned), the fixed default: among the instances
+     that can run the problem, the first of the registry's own order (the YAML declaration order,
+     with the ``spec`` specializations such as ``1x1s1p0`` preferred when they accept the problem,
+     since they only accept problems they are built for).
+   * ``"tune"``: tune this problem now (every runnable instance, verified, then timed), store the
+     rows in the user tier and return the winner.
+   * ``"error"``: raise :class:`TuningMissError` naming the problem key.
+
+   Distance between problems p and q (same ndim, fixed by the layout):
+   ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over the features G, N, K, C, each output length
+   (w=1), each filter length and each stride (w=4: the shape of the work matters most), each
+   dilation (w=1) and each padding as log2(1 + pad) (w=0.25).
+
+Call :func:`clear_cache` after changing the environment variables or the files by hand; writes
+through :class:`~instance_factory.tuning.database.TuningDB` clear it automatically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "MISS_POLICIES",
+    "Choice",
+    "TuningMissError",
+    "TuningMissWarning",
+    "clear_cache",
+    "explain",
+    "lookup",
+    "problem_distance",
+]
+
+MISS_POLICIES = ("heuristic", "tune", "error")
+POLICY_ENV = "INSTANCE_FACTORY_MISS_POLICY"
+
+#: keyword arguments the "tune" policy passes to ``tuner.tune`` (tests narrow the instances here)
+TUNE_OPTIONS: dict[str, Any] = {}
+
+
+class TuningMissError(LookupError):
+    """No tuned result for the problem and the miss policy is ``"error"``."""
+
+
+class TuningMissWarning(UserWarning):
+    """A lookup missed the tuning database and fell back on its miss policy (warned once per key)."""
+
+
+@dataclass
+class Choice:
+    """What lookup chose and why (``instance-factory tune lookup`` prints it)."""
+
+    instance: Any  # Instance
+    source: str  # "exact (user tier)", "exact (system tier)", "heuristic", "default", "tuned now"
+    problem_key: str
+    row: dict | None = None  # the DB row behind an exact hit / the neighbour's winning row
+    neighbor: str | None = None  # heuristic: the tuned problem whose winner was taken
+    distance: float | None = None
+    db_files: tuple[str, ...] = ()
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------------------------
+# in-process state
+# ----------------------------------------------------------------------------------------------
+_CACHE: dict[tuple, Any] = {}
+_INDEX: dict[Any, _Index] = {}
+_WARNED: set[str] = set()
+_LOCK = threading.RLock()
+
+
+def clear_cache() -> None:
+    """Forget cached answers and the loaded database index (the next lookup re-reads the files)."""
+    with _LOCK:
+        _CACHE.clear()
+        _INDEX.clear()
+
+
+def _register_listener() -> None:
+    from . import database
+
+    if clear_cache not in database._LISTENERS:
+        database._LISTENERS.append(clear_cache)
+
+
+# ----------------------------------------------------------------------------------------------
+# the hot path
+# ----------------------------------------------------------------------------------------------
+def lookup(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "passthrough",
+           compute_dtype: str | None = None, wei_dtype: Any = None, device: Any = None,
+           policy: str | None = None) -> Any:
+    """The instance that runs this problem on ``device`` (see the module docstring for the rule).
+
+    ``op``: ``"conv_bwd_data"`` or ``"conv_bwd_weight"``; ``params``: ConvParams; ``layout``: CK triple
+    string or LayoutTriple; ``dtype``: the tensors' torch dtype (or a DataType name such as
+    ``"bf16_fp32w"``); ``compute_dtype``/``wei_dtype``: as in the ops; ``device``: torch device,
+    ``"cuda:1"``, an index, or None for the current one; ``policy``: miss policy override.
+    """
+    key = (op, params, layout, dtype, fused_op, compute_dtype, wei_dtype, device, policy)
+    try:
+        return _CACHE[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable argument (e.g. a list layout): resolve without caching
+        return explain(op, params, layout=layout, dtype=dtype, fused_op=fused_op,
+                       compute_dtype=compute_dtype, wei_dtype=wei_dtype, device=device,
+                       policy=policy).instance
+    choice = explain(op, params, layout=layout, dtype=dtype, fused_op=fused_op, compute_dtype=compute_dtype,
+                     wei_dtype=wei_dtype, device=device, policy=policy)
+    _CACHE[key] = choice.instance
+    return choice.instance
+
+
+# ----------------------------------------------------------------------------------------------
+# the slow path
+# ----------------------------------------------------------------------------------------------
+def _dtype_name(dtype: Any, compute_dtype: str | None, wei_dtype: Any) -> str:
+    from ..dtypes import DATA_TYPES, DataType, resolve_dtype
+
+    if isinstance(dtype, DataType):
+        return dtype.name
+    if isinstance(dtype, str):
+        if dtype not in DATA_TYPES:
+            raise ValueError(f"unknown data type {dtype!r}; known: {', '.join(DATA_TYPES)}")
+        return dtype
+    return resolve_dtype(dtype, compute_dtype=compute_dtype, wei_dtype=wei_dtype).name
+
+
+def _policy(policy: str | None) -> str:
+    pol = (policy or os.environ.get(POLICY_ENV) or "heuristic").strip().lower()
+    if pol not in MISS_POLICIES:
+        src = "policy=" if policy else f"${POLICY_ENV}"
+        raise ValueError(f"unknown miss policy {pol!r} (from {src}); use one of {', '.join(MISS_POLICIES)}")
+    return pol
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    warnings.warn(message, TuningMissWarning, stacklevel=4)
+
+
+def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "passthrough",
+            compute_dtype: str | None = None, wei_dtype: Any = None, device: Any = None,
+            policy: str | None = None) -> Choice:
+    """Like :func:`lookup`, uncached, returning the :class:`Choice` with its source and evidence."""
+    from ..layouts import parse_layout
+    from ..registry import get_registry
+    from .database import current_device, problem_key
+
+    _register_listener()
+    lt = parse_layout(layout, params.ndim)
+    dname = _dtype_name(dtype, compute_dtype, wei_dtype)
+    fused = fused_op if isinstance(fused_op, str) else "custom"
+    dev = current_device(device)
+    key = problem_key(op, params, lt, dname, fused)
+    reg = get_registry()
+    index = _get_index(dev)
+
+    for tier, name, row in index.ranked(key):
+        inst = _get_instance(reg, name)
+        if inst is not None and inst.decline(params, lt, dname, fused) is None:
+            return Choice(inst, f"exact ({tier} tier)", key, row=row, db_files=index.files)
+
+    pol = _policy(policy)
+    if pol == "error":
+        raise TuningMissError(
+            f"no tuned result for problem {key} on {dev.name} (miss policy 'error'); tune it with "
+            f"`instance-factory tune tune --problem '{key}'` or choose policy 'heuristic' or 'tune' "
+            f"(${POLICY_ENV})")
+    if pol == "tune":
+        _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; tuning it now "
+                        f"(miss policy 'tune')")
+        from .problems import Problem
+        from .tuner import tune
+
+        tune([Problem(op, params, lt.name, dname, fused)], device=device, progress=False,
+             **TUNE_OPTIONS)
+        index = _get_index(dev)
+        for _tier, name, row in index.ranked(key):
+            inst = _get_instance(reg, name)
+            if inst is not None and inst.decline(params, lt, dname, fused) is None:
+                return Choice(inst, "tuned now", key, row=row, db_files=index.files)
+        raise TuningMissError(f"tuning problem {key} on {dev.name} found no instance that ran correctly; "
+                              f"see the failed rows in {index.files[-1] if index.files else 'the user DB'}")
+
+    # heuristic
+    for dist, nkey, name, row in index.nearest(key, params):
+        inst = _get_instance(reg, name)
+        if inst is not None and inst.decline(params, lt, dname, fused) is None:
+            _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using "
+                            f"{name}, the winner of the nearest tuned problem {nkey} (distance "
+                            f"{dist:.2f}); tune it for the best instance")
+            return Choice(inst, "heuristic", key, row=row, neighbor=nkey, distance=dist,
+                          db_files=index.files)
+    runnable, declined = reg.candidates(op, params, lt, dname, fused)
+    if not runnable:
+        reasons = "; ".join(sorted({r for _, r in declined}))[:500] or "no instance is declared for it"
+        raise ValueError(f"no instance can run {key}: {reasons}")
+    inst = default_instance(runnable)
+    _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name} and no tuned neighbour's "
+                    f"winner can run it; using the untuned default {inst.name}; tune it for the best "
+                    f"instance")
+    return Choice(inst, "default", key, db_files=index.files,
+                  note="first runnable instance in registry order, specializations first")
+
+
+def default_instance(runnable: list[Any]) -> Any:
+    """The fixed default: specialized instances (``spec`` != default) first, then registry order."""
+    def rank(ix: tuple[int, Any]) -> tuple[int, int]:
+        i, inst = ix
+        spec = inst.cfg.get("spec", "default")
+        return (0 if spec not in (None, "default") else 1, i)
+
+    return min(enumerate(runnable), key=rank)[1]
+
+
+def _get_instance(reg: Any, name: str) -> Any:
+    try:
+        return reg.get(name)
+    except KeyError:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# the database index
+# ----------------------------------------------------------------------------------------------
+_FEATURE_WEIGHTS = {"G": 1.0, "N": 1.0, "K": 1.0, "C": 1.0, "out": 1.0, "filter": 4.0, "stride": 4.0,
+                    "dilation": 1.0, "pad": 0.25}
+
+
+def _features(p: Any) -> list[tuple[float, float]]:
+    """(weight, log2 value) pairs of a ConvParams for :func:`problem_distance`."""
+    w = _FEATURE_WEIGHTS
+    f = [(w["G"], math.log2(p.G)), (w["N"], math.log2(p.N)), (w["K"], math.log2(p.K)),
+         (w["C"], math.log2(p.C))]
+    f += [(w["out"], math.log2(v)) for v in p.output]
+    f += [(w["filter"], math.log2(v)) for v in p.filter]
+    f += [(w["stride"], math.log2(v)) for v in p.stride]
+    f += [(w["dilation"], math.log2(v)) for v in p.dilation]
+    f += [(w["pad"], math.log2(1 + v)) for v in p.left_pad + p.right_pad]
+    return f
+
+
+def problem_distance(p: Any, q: Any) -> float:
+    """The heuristic's distance between two ConvParams of the same ndim (see the module docstring)."""
+    if p.ndim != q.ndim:
+        return math.inf
+    return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(_features(p), _features(q))))
+
+
+@dataclass
+class _Index:
+    # problem key -> [(instance name, row)] fastest first, per tier
+    user: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
+    system: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+    def ranked(self, key: str):
+        """(tier, instance name, row), fastest first: the user tier's rows if it has the key."""
+        if key in self.user:
+            for name, row in self.user[key]:
+                yield "user", name, row
+        elif key in self.system:
+            for name, row in self.system[key]:
+                yield "system", name, row
+
+    def nearest(self, key: str, params: Any):
+        """(distance, key, winner name, row) of tuned problems of the same kind, nearest first."""
+        from ..problem import ConvParams
+        from .database import split_problem_key
+
+        op, layout, dtype, fused, _ = split_problem_key(key)
+        prefix = f"{op}|{layout}|{dtype}|{fused}|"
+        out = []
+        for k in set(self.user) | set(self.system):
+            if not k.startswith(prefix) or k == key:
+                continue
+            ranked = self.user.get(k) or self.system.get(k)
+            q = ConvParams.from_key(k[len(prefix):])
+            out.append((problem_distance(params, q), k, ranked[0][0], ranked[0][1]))
+        out.sort(key=lambda t: (t[0], t[1]))
+        return out
+
+
+def _ranked_by_key(df: Any) -> dict[str, list[tuple[str, dict]]]:
+    out: dict[str, list[tuple[str, dict]]] = {}
+    if len(df) == 0:
+        return out
+    df = df.sort_values(["problem_key", "median_ms", "instance"], kind="stable")
+    for row in df.to_dict("records"):
+        out.setdefault(row["problem_key"], []).append((row["instance"], row))
+    return out
+
+
+def _get_index(dev: Any) -> _Index:
+    idx = _INDEX.get(dev)
+    if idx is not None:
+        return idx
+    with _LOCK:
+        idx = _INDEX.get(dev)
+        if idx is None:
+            idx = _INDEX[dev] = _build_index(dev)
+    return idx
+
+
+def _build_index(dev: Any) -> _Index:
+    from .database import (
+        current_software,
+        read_db,
+        registry_kernel_hashes,
+        system_db_path,
+        user_db_path,
+        valid_rows,
+    )
+
+    sw = current_software()
+    hashes = registry_kernel_hashes()
+    idx = _Index()
+    files = []
+    for tier, path in (("system", system_db_path(dev.kind)), ("user", user_db_path(dev.kind))):
+        if not path.exists():
+            continue
+        files.append(str(path))
+        df = valid_rows(read_db(path), device=dev, software=sw, kernel_hashes=hashes)
+        setattr(idx, tier, _ranked_by_key(df))
+    idx.files = tuple(files)
+    return idx
