@@ -439,10 +439,11 @@ def read_db(path: str | os.PathLike) -> pd.DataFrame:
     problems: list[str] = []
     if not text.endswith("\n"):
         problems.append("the last line has no line end (the file was cut short?)")
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
-        records = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+        records = list(reader)
     except csv.Error as exc:
-        raise _damaged(path, [f"CSV syntax error: {exc}"]) from None
+        raise _damaged(path, [f"line {reader.line_num}: CSV syntax error: {exc}"]) from None
     header = records[0]
     missing = [c for c in COLUMNS if c not in header]
     if missing:
