@@ -1,0 +1,187 @@
+"""Run-time lookup: exact hits, tiers, stale rows, miss policies, warn-once, the cache's cost, the ops path."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import time
+import warnings
+
+import pytest
+import torch
+
+import instance_factory
+from instance_factory.problem import ConvParams
+from instance_factory.registry import get_registry
+from instance_factory.tuning import lookup as L
+from instance_factory.tuning._testing import isolated_tiers, synthetic_row
+from instance_factory.tuning.database import TuningDB, current_device, read_db
+from instance_factory.tuning.problems import Problem
+
+LAYOUT = "NHWGC/GKYXC/NHWGK"
+P = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+PROB = Problem("conv_bwd_data", P, LAYOUT, "fp16")
+
+
+@pytest.fixture
+def tiers(tmp_path):
+    with isolated_tiers(tmp_path) as (user, system):
+        yield TuningDB(user / "cpu.csv"), TuningDB(system / "cpu.csv")
+
+
+def runnable(problem=PROB):
+    run, declined = get_registry().candidates(problem.op, problem.params, problem.layout, problem.dtype,
+                                              problem.fused_op)
+    assert len(run) >= 3
+    return run, declined
+
+
+def look(params=P, **kw):
+    return L.lookup("conv_bwd_data", params, layout=LAYOUT, dtype=torch.float16, **kw)
+
+
+def test_exact_hit_returns_the_fastest_valid_row(tiers):
+    user, _ = tiers
+    a, b, c = runnable()[0][:3]
+    user.add([
+        synthetic_row(PROB, a, 3.0),
+        synthetic_row(PROB, b, 1.0),
+        synthetic_row(PROB, c, 0.2, status="failed"),  # wrong results are never chosen
+        synthetic_row(PROB, c, 0.1, triton_version="0.0.1"),  # stale software
+    ])
+    assert look() is b
+    ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16)
+    assert ch.source == "exact (user tier)" and ch.instance is b and ch.row["median_ms"] == 1.0
+    # DataType names and LayoutTriple objects work too
+    assert L.lookup("conv_bwd_data", P, layout=get_registry().get(b.name).layout, dtype="fp16") is b
+
+
+def test_user_tier_is_read_first(tiers):
+    user, system = tiers
+    a, b, _ = runnable()[0][:3]
+    q = ConvParams(2, 1, 2, 8, 8, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
+    qprob = Problem("conv_bwd_data", q, LAYOUT, "fp16")
+    system.add([synthetic_row(PROB, a, 1.0), synthetic_row(PROB, b, 2.0), synthetic_row(qprob, b, 1.0)])
+    assert look() is a
+    assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "exact (system tier)"
+    user.add([synthetic_row(PROB, b, 5.0)])  # the write clears the cache
+    assert look() is b  # the user tier's answer, even though slower than the system tier's number
+    assert look(params=q) is b and L.explain("conv_bwd_data", q, layout=LAYOUT, dtype="fp16").source == \
+        "exact (system tier)"
+
+
+def test_stale_kernel_hash_and_declining_winner_are_skipped(tiers):
+    user, _ = tiers
+    run, declined = runnable()
+    a, b = run[:2]
+    decliner = next(i for i, _ in declined if i.op == "conv_bwd_data")
+    user.add([
+        synthetic_row(PROB, a, 0.1, kernel_hash="0000000000000000"),  # the kernel changed since
+        synthetic_row(PROB, decliner, 0.05),  # cannot run this problem (e.g. a 1x1 specialization)
+        synthetic_row(PROB, b, 1.0),
+    ])
+    assert look() is b
+
+
+def test_heuristic_nearest_tuned_problem_and_warn_once(tiers):
+    user, _ = tiers
+    run, _ = runnable()
+    a, b = run[:2]
+    near = Problem("conv_bwd_data", ConvParams(2, 1, 4, 8, 8, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1)),
+                   LAYOUT, "fp16")
+    far = Problem("conv_bwd_data", ConvParams(2, 1, 64, 64, 64, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1),
+                                              (1, 1)), LAYOUT, "fp16")
+    user.add([synthetic_row(near, a, 1.0), synthetic_row(near, b, 2.0), synthetic_row(far, b, 1.0)])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert look() is a
+        assert look() is a  # cached
+        L.clear_cache()
+        ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16)
+    assert ch.source == "heuristic" and ch.neighbor == near.key and ch.instance is a
+    miss = [x for x in w if issubclass(x.category, L.TuningMissWarning)]
+    assert len(miss) == 1 and PROB.key in str(miss[0].message) and near.key in str(miss[0].message)
+    assert L.problem_distance(P, near.params) < L.problem_distance(P, far.params)
+    assert L.problem_distance(P, P) == 0.0
+
+
+def test_heuristic_falls_back_to_the_stated_default(tiers):
+    run, _ = runnable()
+    with pytest.warns(L.TuningMissWarning, match="untuned default"):
+        inst = look()
+    assert inst is L.default_instance(run)
+    assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "default"
+    one = ConvParams(2, 1, 2, 8, 8, (1, 1), (6, 6), (1, 1), (1, 1), (0, 0), (0, 0))
+    with pytest.warns(L.TuningMissWarning):
+        spec = look(params=one)
+    assert spec.cfg.get("spec") == "1x1s1p0"  # a specialization that accepts it comes first
+
+
+def test_error_policy_by_argument_and_environment(tiers, monkeypatch):
+    with pytest.raises(L.TuningMissError, match=PROB.key.replace("|", r"\|")):
+        look(policy="error")
+    monkeypatch.setenv("INSTANCE_FACTORY_MISS_POLICY", "error")
+    L.clear_cache()
+    with pytest.raises(L.TuningMissError, match="not tuned|no tuned result"):
+        look()
+    monkeypatch.setenv("INSTANCE_FACTORY_MISS_POLICY", "sometimes")
+    with pytest.raises(ValueError, match="unknown miss policy"):
+        look()
+    with pytest.warns(L.TuningMissWarning):
+        assert look(policy="heuristic") is not None  # the argument wins over the variable
+
+
+def test_tune_policy_tunes_stores_and_returns_the_winner(tiers):
+    user, _ = tiers
+    L.TUNE_OPTIONS.update(max_instances=2, cpu_reps=1, cudnn=False)
+    with pytest.warns(L.TuningMissWarning, match="tuning it now"):
+        inst = look(policy="tune")
+    rows = read_db(user.path)
+    assert len(rows) == 2 and set(rows.status) == {"ok"}
+    best = rows.sort_values("median_ms").iloc[0]
+    assert inst.name == best.instance
+    assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "exact (user tier)"
+
+
+def test_repeated_hit_is_cheap(tiers):
+    user, _ = tiers
+    a = runnable()[0][0]
+    user.add([synthetic_row(PROB, a, 1.0)])
+    dev = torch.device("cpu")
+    args = dict(layout=LAYOUT, dtype=torch.float16, fused_op="passthrough", device=dev)
+    assert L.lookup("conv_bwd_data", P, **args) is a
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        L.lookup("conv_bwd_data", P, **args)
+    same = (time.perf_counter() - t0) / n * 1e6
+    fresh = [ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)) for _ in range(n)]
+    t0 = time.perf_counter()
+    for p in fresh:
+        L.lookup("conv_bwd_data", p, **args)
+    new_obj = (time.perf_counter() - t0) / n * 1e6
+    print(f"\nlookup hit: {same:.2f} us (same ConvParams object), {new_obj:.2f} us (equal new object)")
+    assert same < 50 and new_obj < 50  # loose for CI; about 1-3 us on a 2-core machine
+
+
+def test_ops_use_lookup_when_instance_is_none(tiers, monkeypatch):
+    from instance_factory import ops
+    from instance_factory.reference import ref_conv_bwd_data, rel_error
+
+    user, _ = tiers
+    a, b = runnable()[0][:2]
+    user.add([synthetic_row(PROB, a, 2.0), synthetic_row(PROB, b, 1.0)])
+    seen = []
+    real = L.lookup
+
+    def spy(*args, **kw):
+        inst = real(*args, **kw)
+        seen.append((args, kw, inst))
+        return inst
+
+    monkeypatch.setattr(L, "lookup", spy)
+    t = ops.make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16")
+    out = instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
+    assert len(seen) == 1 and seen[0][2] is b
+    assert seen[0][1]["dtype"] == torch.float16 and current_device(seen[0][1]["device"]).name == "cpu"
+    assert rel_error(out, ref_conv_bwd_data(t["a"], t["b"], P, LAYOUT)) < 2e-3
