@@ -104,7 +104,7 @@ def test_merge_keeps_best_row_per_identity(tmp_path):
 
 
 def _child(code: str) -> subprocess.Popen:
-    prelude = "import sys; sys.path.insert(0, %r)\n" % str(REPO)
+    prelude = f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
     return subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
