@@ -82,6 +82,7 @@ def summary_frame(df: pd.DataFrame, problems: Sequence[Problem] | None = None) -
             "GB/s": r.get("gbps", math.nan),
             "cuDNN ms": r.get("cudnn_ms", math.nan),
             "speedup": r.get("speedup", math.nan),
+            "cudnn_impl": r.get("cudnn_impl", ""),
             "key": pr.key,
         })
     return pd.DataFrame(lines)
@@ -116,7 +117,7 @@ def summary_table(rows: pd.DataFrame | Iterable[Mapping[str, Any]], problems: Se
         if short_names and r["best instance"]:
             inst = _short_instance(inst)
         out.append(f"| {r['problem']} | {r['pass']} | {r['dtype']} | `{inst}` | {_f(r['ms'], '.4f')} | "
-                   f"{_f(r['TFLOP/s'], '.1f')} | {_f(r['cuDNN ms'], '.4f')} | {_f(r['speedup'], '.2f')} |")
+                   f"{_tf(r['TFLOP/s'])} | {_f(r['cuDNN ms'], '.4f')} | {_f(r['speedup'], '.2f')} |")
     tuned = sf[sf["ms"].notna()] if len(sf) else sf
     both = tuned[tuned["cuDNN ms"].notna()] if len(tuned) else tuned
     out.append("")
@@ -129,7 +130,21 @@ def summary_table(rows: pd.DataFrame | Iterable[Mapping[str, Any]], problems: Se
         out.append(f"Speedup over cuDNN: geometric mean {geo:.2f}x; faster on {int((sp > 1).sum())} of "
                    f"{len(both)}; layer-count-weighted total {theirs:.3f} ms (cuDNN) vs {ours:.3f} ms "
                    f"(best instances) = {theirs / ours if ours else math.nan:.2f}x.")
+    impls = sorted({str(v) for v in sf.get("cudnn_impl", []) if isinstance(v, str) and v}) if len(sf) else []
+    if impls and any(not v.startswith("cudnn") for v in impls):
+        out.append(f"The cuDNN column is torch's own kernel as measured in the same run: {', '.join(impls)}"
+                   " (on the CPU the Triton interpreter's times only exercise the pipeline).")
     return "\n".join(out) + "\n"
+
+
+def _tf(v: Any) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(f):
+        return "-"
+    return f"{f:.1f}" if f >= 1 else f"{f:.2g}"
 
 
 def _short_instance(name: str) -> str:

@@ -1,0 +1,86 @@
+"""The tuning subcommands through the real ``instance-factory`` entry point (interpreter, tiny problems)."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import argparse
+
+import pytest
+
+from instance_factory.cli import main
+from instance_factory.problem import ConvParams
+from instance_factory.tuning import commands
+from instance_factory.tuning._testing import isolated_tiers
+from instance_factory.tuning.database import read_db
+from instance_factory.tuning.problems import Problem
+
+LAYOUT = "NHWGC/GKYXC/NHWGK"
+P = ConvParams(2, 1, 1, 8, 8, (3, 3), (4, 4), (1, 1), (1, 1), (1, 1), (1, 1))
+KEY = Problem("conv_bwd_data", P, LAYOUT, "bf16").key
+
+
+@pytest.fixture
+def tiers(tmp_path):
+    with isolated_tiers(tmp_path) as (user, system):
+        yield user, system
+
+
+def test_register_adds_the_subcommands_with_handlers():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    commands.register(sub)
+    for argv in (["tune", "quickstart", "--shard", "1/2", "--workers", "2", "--dtype", "bf16", "--pass", "data"],
+                 ["lookup", KEY], ["merge", "out.csv", "a.csv", "b.csv"], ["bench", "resnet50"],
+                 ["db", "show"], ["extract", "resnet50"]):
+        ns = parser.parse_args(argv)
+        assert callable(ns.func)
+
+
+def test_tune_lookup_db_merge_bench(tiers, tmp_path, capsys):
+    user, _ = tiers
+    shard = tmp_path / "shard.csv"
+    rc = main(["tune", "--problem", KEY, "--max-instances", "2", "--cpu-reps", "1", "--no-cudnn",
+               "--db", str(shard), "--quiet", "--summary", str(tmp_path / "summary.md")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "measured 2 instances (2 ok, 0 failed)" in out and "instances/min" in out
+    assert "| problem | pass | dtype | best instance | ms | TFLOP/s | cuDNN ms | speedup |" in out
+    assert (tmp_path / "summary.md").read_text().startswith("### ")
+    assert len(read_db(shard)) == 2
+
+    rc = main(["tune", "--problem", KEY, "--max-instances", "2", "--db", str(shard), "--quiet", "--no-summary"])
+    assert rc == 0 and "1 already tuned (skipped); measured 0 instances" in capsys.readouterr().out
+
+    assert main(["merge", str(user / "cpu.csv"), str(shard)]) == 0
+    assert "2 rows" in capsys.readouterr().out
+
+    assert main(["lookup", KEY]) == 0
+    out = capsys.readouterr().out
+    best = read_db(user / "cpu.csv").sort_values("median_ms").instance.iloc[0]
+    assert f"instance   {best}" in out and "exact (user tier)" in out and "block_m=" in out
+
+    assert main(["lookup", "--op", "data", "--params", P.key(), "--dtype", "bf16"]) == 0
+    assert best in capsys.readouterr().out
+
+    assert main(["db", "summary"]) == 0
+    assert "2 rows, 1 problems; 2 rows valid" in capsys.readouterr().out
+    assert main(["db", "show", "--best"]) == 0
+    assert best in capsys.readouterr().out
+
+    assert main(["bench", "quickstart", "--dtype", "bf16", "--pass", "data", "-o", str(tmp_path / "b.md")]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 10 problems tuned" in out  # quickstart's problems are not the one tuned above
+
+
+def test_lookup_error_policy_exit_code(tiers, capsys):
+    assert main(["lookup", KEY, "--policy", "error"]) == 1
+    assert "no tuned result" in capsys.readouterr().err
+
+
+def test_extract_wav2vec2_to_yaml(tmp_path, capsys):
+    out = tmp_path / "w.yaml"
+    assert main(["extract", "wav2vec2", "--batch", "2", "--input", "1x16000", "-o", str(out)]) == 0
+    from instance_factory.tuning.problems import expand_problem_set
+
+    probs = expand_problem_set(str(out))
+    assert len({p.params for p in probs}) == 8 and all(p.params.N == 2 for p in probs)
