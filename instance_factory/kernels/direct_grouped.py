@@ -1,0 +1,494 @@
+"""Direct (no tl.dot) kernels for depthwise and few-channel grouped convolutions, both backward passes.
+
+With C and K per group <= 8 (depthwise C = K = 1, ResNeXt 4 per group) a GEMM padded to tensor-core
+tiles wastes most of its work; these problems are memory bound. Both kernels vectorize across the
+flattened channel axis, which is the contiguous one for channels-last NHWGC, read each operand
+(nearly) once from HBM and accumulate in fp32 registers. Every layout works through the per-logical
+index strides of ``ConvGeometry`` (padded to 3D, so one kernel serves ndim 1/2/3).
+
+conv_bwd_weight ("direct"): dw[g,k,tap,c] = sum over (n, out pos) dy[n,o,g,k] * x[n, o*s-lp+tap*dil, g, c].
+    The vector axis is the flattened (g, k, c) index j of the result (for depthwise simply g, so the
+    dy and x rows are contiguous). Grid = (channel blocks, tap blocks, split). A program owns
+    BLOCK_CH channels, BLOCK_T taps (all of them unless the filter is large) and one chunk of the
+    flattened (n, od, oh, ow) reduction; per output position it reads the dy row once and the x
+    neighbourhood (all taps, an L1/L2 hit for the neighbours) as one [BLOCK_T, BLOCK_CH] gather and
+    accumulates [taps x channels] in registers. ``block_p`` positions are unrolled per loop step so
+    that many loads are in flight. split == 1 applies the fused epilogue and stores the result in the
+    same kernel; split > 1 writes fp32 partials to a workspace [split, taps, G*K*C] (every chunk,
+    also an empty one, writes its slot: nothing to zero) and a second kernel sums them in a fixed
+    order (deterministic), applies the epilogue and stores in the result dtype.
+
+conv_bwd_data ("direct"): dx[n,i,g,c] = sum over k, taps with integer in-range ho: dy[n,ho,g,k]*w[g,k,tap,c].
+    The vector axes are (BLOCK_P input positions) x (BLOCK_CH of the flattened (g, c) axis). The
+    input positions of a program all lie in one stride phase (hi = r + s*i, phase = program id 2), so
+    whether a tap hits is one scalar test per tap: taps that never hit this phase are skipped by a
+    branch instead of being masked element by element. Phases with no taps still store f(0, D...).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+
+__all__ = [
+    "ALGORITHM_BWD_DATA",
+    "ALGORITHM_BWD_WEIGHT",
+    "MAX_CHANNELS_PER_GROUP",
+    "auto_split",
+    "check_config_bwd_data",
+    "check_config_bwd_weight",
+    "decline_bwd_data",
+    "decline_bwd_weight",
+    "launch_bwd_data",
+    "launch_bwd_weight",
+]
+
+MAX_CHANNELS_PER_GROUP = 8
+_NUM_WARPS = (1, 2, 4, 8)
+_MAX_GRID_YZ = 65535
+_MAX_SPLIT = 4096
+_DEFAULT_SMS = 132  # H100 / H200 SXM
+_DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
+_WEIGHT_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")
+_FINALIZE_BLOCK = 512
+_INT32_LIMIT = 2**31 - 1
+
+
+# ------------------------------------------------------------------------------------------------
+# conv_bwd_weight
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _dw_direct_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    GKC, KC, C,  # flattened result-channel count, K*C, C
+    P, chunk,  # reduction length N*Do*Ho*Wo and positions per split
+    Do, Ho, Wo, Di, Hi, Wi,
+    FY, FX, TAPS,  # filter H/W lengths (D is implied by TAPS) and taps = FZ*FY*FX
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    BLOCK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_CH: tl.constexpr,
+    FINAL: tl.constexpr,  # True: epilogue + store the result; False: store fp32 partials
+    USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_c = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_s = tl.program_id(2)
+
+    # ---- the channel block: flattened (g, k, c) of the result ----------------------------------
+    j = pid_c * BLOCK_CH + tl.arange(0, BLOCK_CH)
+    if USE_INT64:
+        j = j.to(tl.int64)
+    cmask = j < GKC
+    g = j // KC
+    kc = j % KC
+    k = kc // C
+    c = kc % C
+    x_ch = g * xs_g + c * xs_c
+    y_ch = g * ys_g + k * ys_k
+
+    # ---- the tap block ------------------------------------------------------------------------
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = t < TAPS
+    tz = t // (FY * FX)
+    ty = (t // FX) % FY
+    tx = t % FX
+    off_d = tz * dil_d - pad_d  # input position = o*s + off
+    off_h = ty * dil_h - pad_h
+    off_w = tx * dil_w - pad_w
+    x_tap = off_d * xs_d + off_h * xs_h + off_w * xs_w
+    if USE_INT64:
+        x_tap = x_tap.to(tl.int64)
+
+    # ---- the reduction chunk --------------------------------------------------------------------
+    sid = pid_s
+    if USE_INT64:
+        sid = sid.to(tl.int64)
+    p_start = sid * chunk
+    p_end = tl.minimum(p_start + chunk, P)
+
+    acc = tl.zeros((BLOCK_T, BLOCK_CH), dtype=tl.float32)
+    for p0 in range(p_start, p_end, BLOCK_P):
+        for pp in tl.static_range(BLOCK_P):
+            p = p0 + pp
+            # position p is valid iff p < p_end; folded into integer limits (the interpreter
+            # mistypes a scalar-bool & vector-bool mask)
+            lim_c = tl.where(p < p_end, GKC, 0)
+            lim_t = tl.where(p < p_end, TAPS, 0)
+            ow = p % Wo
+            q = p // Wo
+            oh = q % Ho
+            q = q // Ho
+            od = q % Do
+            n = q // Do
+            # the dy row is loaded straight in the [taps x channels] tile's layout (every tap row
+            # reads the same addresses: L1 hits), which avoids a shared-memory layout conversion
+            # and its barrier per position
+            y_off = (n * ys_n + od * ys_d + oh * ys_h + ow * ys_w) + y_ch
+            dyv = tl.load(dy_ptr + tl.broadcast_to(y_off[None, :], (BLOCK_T, BLOCK_CH)),
+                          mask=tl.broadcast_to((j < lim_c)[None, :], (BLOCK_T, BLOCK_CH)),
+                          other=0.0).to(tl.float32)
+            i_d = od * s_d + off_d
+            i_h = oh * s_h + off_h
+            i_w = ow * s_w + off_w
+            xm = (t < lim_t) & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < Wi)
+            x_pos = (n * xs_n + od * s_d * xs_d + oh * s_h * xs_h + ow * s_w * xs_w) + x_tap
+            xv = tl.load(x_ptr + x_pos[:, None] + x_ch[None, :],
+                         mask=xm[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+            acc += xv * dyv
+
+    if FINAL:
+        w_ch = g * ws_g + k * ws_k + c * ws_c
+        w_tap = tz * ws_z + ty * ws_y + tx * ws_x
+        offs = w_tap[:, None] + w_ch[None, :]
+        mask = tmask[:, None] & cmask[None, :]
+        acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                             OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        total = TAPS * GKC
+        offs = sid * total + t[:, None] * GKC + j[None, :]
+        tl.store(ws_ptr + offs, acc, mask=tmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _dw_finalize_kernel(
+    ws_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    total, split, GKC, KC, C, FY, FX,
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    BLOCK: tl.constexpr, USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    """Sum the fp32 partials over the splits in a fixed order, apply the epilogue, store."""
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if USE_INT64:
+        e = e.to(tl.int64)
+    mask = e < total
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    ptrs = ws_ptr + e
+    for _ in range(split):  # fixed order: deterministic
+        acc += tl.load(ptrs, mask=mask, other=0.0)
+        ptrs += total  # 64-bit pointer arithmetic: no int32 overflow over the splits
+    t = e // GKC
+    j = e % GKC
+    g = j // KC
+    kc = j % KC
+    k = kc // C
+    c = kc % C
+    tz = t // (FY * FX)
+    ty = (t // FX) % FY
+    tx = t % FX
+    offs = g * ws_g + k * ws_k + c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x
+    acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                         OP, NUM_DS, USER_FN)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@functools.cache
+def _sm_count(device: str) -> int:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_properties(dev).multi_processor_count
+    return _DEFAULT_SMS
+
+
+def _block_t(taps: int, block_ch: int, num_warps: int, block_p: int) -> int:
+    """Taps per program: all of them (rounded up to a power of two) unless the [taps x channels]
+    accumulator would exceed 32 fp32 registers per thread (16 with block_p=16, whose unrolled loads
+    need the room: 32 spills on sm_90); then the taps go to grid axis 1."""
+    per_thread = 32 if block_p <= 8 else 16
+    cap = max(1, (per_thread * 32 * num_warps) // block_ch)
+    cap = 1 << (cap.bit_length() - 1)
+    return max(1, min(triton.next_power_of_2(taps), cap, 64))
+
+
+def auto_split(params: ConvParams, block_p: int, block_ch: int, num_warps: int, elem_bytes: int,
+               sms: int) -> int:
+    """Reduction chunks for bwd weight: enough programs to fill ~8 per SM, but every chunk long
+    enough that its fp32 partials (written and read back) cost at most ~1/4 of its operand reads."""
+    taps = math.prod(params.filter)
+    gkc = params.G * params.K * params.C
+    base = triton.cdiv(gkc, block_ch) * triton.cdiv(taps, _block_t(taps, block_ch, num_warps, block_p))
+    P = params.N * math.prod(params.output)
+    min_chunk = max(16, math.ceil(32 * taps * params.K * params.C / ((params.C + params.K) * elem_bytes)))
+    want = triton.cdiv(8 * sms, base)
+    return int(max(1, min(want, P // min_chunk, _MAX_SPLIT)))
+
+
+def launch_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> None:
+    """Fill ``args.out`` (grad_wei, final dtype) from ``args.a`` (input) and ``args.b`` (grad_out)."""
+    geo, cfg, p = args.geo, args.cfg, args.params
+    block_p, block_ch = int(cfg["block_p"]), int(cfg["block_ch"])
+    num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
+    x, dy, out = args.a, args.b, args.out
+    for name, t in (("input", x), ("grad_out", dy), ("grad_wei", out), *(("a D", d) for d in args.ds)):
+        if not t.is_contiguous():
+            raise ValueError(f"direct conv_bwd_weight needs a contiguous {name} tensor")
+    taps = geo.taps
+    gkc = geo.G * geo.K * geo.C
+    P = geo.N * math.prod(geo.out3)
+    block_t = _block_t(taps, block_ch, num_warps, block_p)
+    if split <= 0:
+        split = auto_split(p, block_p, block_ch, num_warps, x.element_size(), _sm_count(str(out.device)))
+    split = max(1, min(split, P, _MAX_SPLIT))
+    chunk = triton.cdiv(P, split)
+    split = triton.cdiv(P, chunk)  # no empty trailing chunks
+    total = taps * gkc
+    use_int64 = force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT or P + chunk >= _INT32_LIMIT
+    final = split == 1
+    ws = out if final else torch.empty(split * total, dtype=torch.float32, device=out.device)
+    ds = epilogue_args(tuple(args.ds), out)
+    user_fn = user_fn_or_noop(args.user_fn)
+    op, nds = args.fused.code, len(args.ds)
+    grid = (triton.cdiv(gkc, block_ch), triton.cdiv(taps, block_t), split)
+    _dw_direct_kernel[grid](
+        x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
+        gkc, geo.K * geo.C, geo.C, P, chunk,
+        *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
+        *geo.stride3, *geo.dil3, *geo.pad3,
+        *geo.x_strides, *geo.w_strides, *geo.y_strides,
+        BLOCK_P=block_p, BLOCK_T=block_t, BLOCK_CH=block_ch, FINAL=final, USE_INT64=use_int64,
+        OP=op, NUM_DS=nds, USER_FN=user_fn, num_warps=num_warps,
+    )
+    if not final:
+        _dw_finalize_kernel[(triton.cdiv(total, _FINALIZE_BLOCK),)](
+            ws, out, *ds, float(args.alpha), float(args.beta),
+            total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2],
+            *geo.w_strides,
+            BLOCK=_FINALIZE_BLOCK, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn,
+            num_warps=4,
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# conv_bwd_data
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _dx_direct_kernel(
+    dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    N, GC, C,
+    Di, Hi, Wi, Do, Ho, Wo,
+    FZ, FY, FX,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    MD, MH, MW,  # the largest phase's position counts per dim: ceil(in / stride)
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # result (and every D) strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # weight strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    K: tl.constexpr,  # output channels per group (<= 8)
+    BLOCK_P: tl.constexpr, BLOCK_CH: tl.constexpr,
+    USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    phase = tl.program_id(2)
+
+    # ---- the stride phase (r_d, r_h, r_w) and its position counts ---------------------------
+    r_w = phase % s_w
+    r_h = (phase // s_w) % s_h
+    r_d = phase // (s_w * s_h)
+    cnt_d = (Di - r_d + s_d - 1) // s_d
+    cnt_h = (Hi - r_h + s_h - 1) // s_h
+    cnt_w = (Wi - r_w + s_w - 1) // s_w
+
+    # ---- input positions of this phase: flattened (n, i_d, i_h, i_w), hi = r + s*i ---------
+    if USE_INT64:
+        pid_p = pid_p.to(tl.int64)
+    pos = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    b_w = pos % MW
+    q = pos // MW
+    b_h = q % MH
+    q = q // MH
+    b_d = q % MD
+    n = q // MD
+    pmask = (n < N) & (b_d < cnt_d) & (b_h < cnt_h) & (b_w < cnt_w)
+    y_n = n * ys_n
+
+    # ---- channels: flattened (g, c) -------------------------------------------------------
+    j = pid_c * BLOCK_CH + tl.arange(0, BLOCK_CH)
+    if USE_INT64:
+        j = j.to(tl.int64)
+    cmask = j < GC
+    g = j // C
+    c = j % C
+    y_ch = g * ys_g
+    w_ch = g * ws_g + c * ws_c
+
+    acc = tl.zeros((BLOCK_P, BLOCK_CH), dtype=tl.float32)
+    # tap z hits phase r iff (r + pad - z*dil) % s == 0; shifted by s*dil*(F-1) to stay >= 0
+    for z in range(FZ):
+        a_d = r_d + pad_d + s_d * dil_d * (FZ - 1) - z * dil_d
+        if a_d % s_d == 0:
+            o_d = b_d + (a_d // s_d - dil_d * (FZ - 1))
+            m_d = pmask & (o_d >= 0) & (o_d < Do)
+            for y in range(FY):
+                a_h = r_h + pad_h + s_h * dil_h * (FY - 1) - y * dil_h
+                if a_h % s_h == 0:
+                    o_h = b_h + (a_h // s_h - dil_h * (FY - 1))
+                    m_h = m_d & (o_h >= 0) & (o_h < Ho)
+                    for x in range(FX):
+                        a_w = r_w + pad_w + s_w * dil_w * (FX - 1) - x * dil_w
+                        if a_w % s_w == 0:
+                            o_w = b_w + (a_w // s_w - dil_w * (FX - 1))
+                            m = m_h & (o_w >= 0) & (o_w < Wo)
+                            y_pos = y_n + o_d * ys_d + o_h * ys_h + o_w * ys_w
+                            w_tap = z * ws_z + y * ws_y + x * ws_x
+                            lmask = m[:, None] & cmask[None, :]
+                            for kk in range(K):  # not unrolled: K=8 unrolled doubles the registers
+                                dyv = tl.load(dy_ptr + y_pos[:, None] + (y_ch + kk * ys_k)[None, :],
+                                              mask=lmask, other=0.0).to(tl.float32)
+                                wv = tl.load(w_ptr + w_ch + (kk * ws_k + w_tap), mask=cmask,
+                                             other=0.0).to(tl.float32)
+                                acc += dyv * wv[None, :]
+
+    x_pos = (n * xs_n + (r_d + s_d * b_d) * xs_d + (r_h + s_h * b_h) * xs_h
+             + (r_w + s_w * b_w) * xs_w)
+    offs = x_pos[:, None] + (g * xs_g + c * xs_c)[None, :]
+    mask = pmask[:, None] & cmask[None, :]
+    acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                         OP, NUM_DS, USER_FN)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _phase_counts(geo) -> tuple[int, int, int]:
+    return tuple(triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))  # type: ignore[return-value]
+
+
+def launch_bwd_data(args: RunArgs, *, force_int64: bool = False) -> None:
+    """Fill ``args.out`` (grad_in, final dtype) from ``args.a`` (grad_out) and ``args.b`` (weight)."""
+    geo, cfg = args.geo, args.cfg
+    block_p, block_ch, num_warps = int(cfg["block_p"]), int(cfg["block_ch"]), int(cfg["num_warps"])
+    dy, w, out = args.a, args.b, args.out
+    for name, t in (("grad_out", dy), ("weight", w), ("grad_in", out), *(("a D", d) for d in args.ds)):
+        if not t.is_contiguous():
+            raise ValueError(f"direct conv_bwd_data needs a contiguous {name} tensor")
+    md, mh, mw = _phase_counts(geo)
+    n_pos = geo.N * md * mh * mw
+    gc = geo.G * geo.C
+    phases = math.prod(geo.stride3)
+    use_int64 = force_int64 or geo.needs_int64 or n_pos + block_p >= _INT32_LIMIT
+    ds = epilogue_args(tuple(args.ds), out)
+    grid = (triton.cdiv(n_pos, block_p), triton.cdiv(gc, block_ch), phases)
+    _dx_direct_kernel[grid](
+        dy, w, out, *ds, float(args.alpha), float(args.beta),
+        geo.N, gc, geo.C,
+        *geo.in3, *geo.out3, *geo.filt3,
+        *geo.stride3, *geo.dil3, *geo.pad3,
+        md, mh, mw,
+        *geo.x_strides, *geo.w_strides, *geo.y_strides,
+        K=geo.K, BLOCK_P=block_p, BLOCK_CH=block_ch, USE_INT64=use_int64,
+        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
+        num_warps=num_warps,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# configs and declines
+# ------------------------------------------------------------------------------------------------
+def _is_pow2(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
+
+
+def _check_common(cfg: dict, names: tuple[str, ...]) -> str | None:
+    missing = [n for n in names if n not in cfg]
+    if missing:
+        return f"config lacks {', '.join(missing)} (direct takes {', '.join(names)})"
+    if cfg["num_warps"] not in _NUM_WARPS:
+        return f"num_warps={cfg['num_warps']!r} is not one of {_NUM_WARPS}"
+    if not _is_pow2(cfg["block_ch"]) or cfg["block_ch"] > 1024:
+        return f"block_ch={cfg['block_ch']!r} must be a power of two from 1 to 1024"
+    return None
+
+
+def check_config_bwd_data(cfg: dict) -> str | None:
+    reason = _check_common(cfg, _DATA_PARAMS)
+    if reason:
+        return reason
+    if not _is_pow2(cfg["block_p"]) or cfg["block_p"] > 1024:
+        return f"block_p={cfg['block_p']!r} must be a power of two from 1 to 1024"
+    tile = cfg["block_p"] * cfg["block_ch"]
+    if tile > 64 * 32 * cfg["num_warps"]:
+        return (f"block_p*block_ch={tile} needs more than 64 fp32 accumulators per thread with "
+                f"num_warps={cfg['num_warps']}")
+    return None
+
+
+def check_config_bwd_weight(cfg: dict) -> str | None:
+    reason = _check_common(cfg, _WEIGHT_PARAMS)
+    if reason:
+        return reason
+    if not _is_pow2(cfg["block_p"]) or cfg["block_p"] > 16:
+        return f"block_p={cfg['block_p']!r} (positions unrolled per step) must be a power of two <= 16"
+    split = cfg["split"]
+    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:
+        return f"split={split!r} must be an int from 0 (auto) to {_MAX_SPLIT}"
+    return None
+
+
+def _decline_common(p: ConvParams, dtype: DataType, allowed: tuple[str, ...], op: str) -> str | None:
+    if dtype.name == "fp16_fp8":
+        return "the direct kernel computes in fp32 FMA; it has no fp8 compute (fp16_fp8)"
+    if dtype.name not in allowed:
+        return f"direct {op} takes the dtypes {', '.join(allowed)}, not {dtype.name}"
+    if p.C > MAX_CHANNELS_PER_GROUP or p.K > MAX_CHANNELS_PER_GROUP:
+        return (f"direct kernel serves C,K per group <= {MAX_CHANNELS_PER_GROUP}; "
+                f"this problem has C={p.C}, K={p.K}")
+    return None
+
+
+def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+                     fused: FusedOp) -> str | None:
+    reason = _decline_common(p, dtype, _DATA_DTYPES, "conv_bwd_data")
+    if reason:
+        return reason
+    if triton.cdiv(p.G * p.C, cfg["block_ch"]) > _MAX_GRID_YZ:
+        return f"G*C={p.G * p.C} needs more than {_MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
+    if math.prod(p.stride) > _MAX_GRID_YZ:
+        return f"{math.prod(p.stride)} stride phases exceed the grid's {_MAX_GRID_YZ}"
+    return None
+
+
+def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+                       fused: FusedOp) -> str | None:
+    reason = _decline_common(p, dtype, _WEIGHT_DTYPES, "conv_bwd_weight")
+    if reason:
+        return reason
+    taps = math.prod(p.filter)
+    block_t = _block_t(taps, cfg["block_ch"], cfg["num_warps"], cfg["block_p"])
+    if triton.cdiv(taps, block_t) > _MAX_GRID_YZ:
+        return (f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {block_t} "
+                f"(block_ch={cfg['block_ch']}, num_warps={cfg['num_warps']})")
+    return None
+
+
+_DATA_PARAMS = ("block_p", "block_ch", "num_warps")
+_WEIGHT_PARAMS = ("block_p", "block_ch", "num_warps", "split")
+
+ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
+    op="conv_bwd_data", name="direct", param_names=_DATA_PARAMS,
+    check_config=check_config_bwd_data, decline=decline_bwd_data, launch=launch_bwd_data,
+    description="direct (no tensor cores) depthwise / few-channel grouped dgrad: vectorized over "
+                "the flattened (g, c) axis, one stride phase per program, fused epilogue",
+))
+
+ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
+    op="conv_bwd_weight", name="direct", param_names=_WEIGHT_PARAMS,
+    check_config=check_config_bwd_weight, decline=decline_bwd_weight, launch=launch_bwd_weight,
+    description="direct (no tensor cores) depthwise / few-channel grouped wgrad: [taps x channels] "
+                "fp32 accumulators per program, split reduction with a deterministic fp32 reduce",
+))
