@@ -158,3 +158,80 @@ def test_progress_fallback_prints_eta(capsys):
         bar.update(1, "note")
     err = capsys.readouterr().err
     assert "[t] 3/3 (100%)" in err and "eta" in err
+
+
+def test_gpu_pipeline_simulated_on_cpu(tiers, monkeypatch):
+    """The GPU path's control flow (thread-pool compile, failures as rows, short timing of all, full
+    timing of the fastest) with CPU stand-ins for do_bench and the CUDA context calls."""
+    import contextlib
+
+    from triton.runtime.errors import OutOfResources
+
+    pr = Problem("conv_bwd_weight", P, LAYOUT, "fp16")
+    run, _ = get_registry().candidates(pr.op, P, LAYOUT, "fp16", "passthrough")
+    by_alg = {}
+    for i in run:
+        by_alg.setdefault(i.algorithm, []).append(i)
+    oom, bad_build = by_alg["igemm"][0], by_alg["splitk_atomic"][0]
+    good = [by_alg["two_stage"][0], by_alg["splitk_reduce"][0]]
+    for i in (oom, bad_build, *good):
+        assert i.kernel_hash
+
+    def oom_launch(args):
+        raise OutOfResources(300000, 232448, "shared memory")
+
+    def bad_launch(args):
+        raise type("CompilationError", (Exception,), {})("at 3:4: unsupported")
+
+    def torch_launch(args):  # correct, and thread-safe (the interpreter is not)
+        from instance_factory.reference import ref_conv_bwd_weight
+
+        args.out.copy_(ref_conv_bwd_weight(args.a, args.b, args.params, args.layout.name))
+
+    _patched(monkeypatch, oom, oom_launch)
+    _patched(monkeypatch, bad_build, bad_launch)
+    for g in good:
+        _patched(monkeypatch, g, torch_launch)
+    calls = []
+
+    def fake_gpu_timer(fn, warmup_ms, rep_ms):
+        calls.append(rep_ms)
+        t = T._time_cpu(fn, 1)
+        return T.Timing(t.median_ms, t.p20_ms, t.p80_ms, int(rep_ms), "do_bench (simulated)")
+
+    monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
+    monkeypatch.setattr(T, "_time_gpu", fake_gpu_timer)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    opts = T.TuneOptions(compile_workers=2, quick_rep_ms=3, rep_ms=7, refine_top=1, cudnn=False)
+    rows = {r["instance"]: r for r in T.tune(pr, instances=[oom.name, bad_build.name] + [g.name for g in good],
+                                             options=opts, progress=False)}
+    assert rows[oom.name]["status"] == "oom" and "shared memory" in rows[oom.name]["reason"]
+    assert rows[bad_build.name]["status"] == "compile_error"
+    assert all(rows[g.name]["status"] == "ok" for g in good), [rows[g.name]["reason"] for g in good]
+    assert sorted(calls) == [3, 3, 7]  # both verified ones briefly, then the fastest at full length
+    assert sorted(r["reps"] for r in rows.values() if r["status"] == "ok") == [3, 7]
+
+
+def test_gpu_pipeline_fatal_error_while_compiling_in_parallel(tiers, monkeypatch):
+    import contextlib
+
+    pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
+    run, _ = get_registry().candidates(pr.op, P, LAYOUT, "fp16", "passthrough")
+    bad = run[0]
+    assert bad.kernel_hash
+
+    def fault(args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    _patched(monkeypatch, bad, fault)
+    monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    with pytest.raises(T.FatalDeviceError, match="--compile-workers 1"):
+        T.tune(pr, instances=[bad.name], compile_workers=2, progress=False, cudnn=False)
+    assert len(read_db(tiers.path)) == 0  # the culprit is unknown: no row blames anyone
+    with pytest.raises(T.FatalDeviceError, match="skips the instance that broke it"):
+        T.tune(pr, instances=[bad.name], compile_workers=1, progress=False, cudnn=False)
+    df = read_db(tiers.path)
+    assert list(df.instance) == [bad.name] and df.status[0] == "failed"

@@ -492,6 +492,10 @@ def _torch_device(device: Any) -> torch.device:
     return d
 
 
+#: tests only: run the GPU pipeline (parallel compile, short then refined timing) on CPU tensors
+_SIMULATE_GPU_PIPELINE = False
+
+
 def tune_problem(problem: Problem, instances: Sequence[Any], *, device: Any = None,
                  options: TuneOptions | None = None, progress: Progress | None = None) -> list[dict]:
     """Verify and time ``instances`` on ``problem``; returns one row per instance (not stored).
@@ -523,13 +527,25 @@ def tune_problem(problem: Problem, instances: Sequence[Any], *, device: Any = No
 
     if not instances:
         return []
+    if tdev.type == "cuda":
+        with torch.cuda.device(tdev):
+            return _tune_problem_on(problem, instances, tdev, opts, row, tick, rows, dt)
+    return _tune_problem_on(problem, instances, tdev, opts, row, tick, rows, dt)
+
+
+def _tune_problem_on(problem: Problem, instances: Sequence[Any], tdev: torch.device, opts: TuneOptions,
+                     row: Callable, tick: Callable, rows: dict[str, dict], dt: Any) -> list[dict]:
     case = _make_case(problem, tdev, opts)
-    on_gpu = tdev.type == "cuda"
+    on_gpu = tdev.type == "cuda" or _SIMULATE_GPU_PIPELINE
 
     # 1. compile in parallel (GPU): each candidate runs once; failures become rows
     pending = list(instances)
     if on_gpu:
-        pending = _compile_all(case, pending, opts, row, tick)
+        try:
+            pending = _compile_all(case, pending, opts, row, tick)
+        except FatalDeviceError as exc:
+            exc.rows = list(rows.values())  # type: ignore[attr-defined]
+            raise
 
     # 2. verify before timing
     verified: list[Any] = []
@@ -606,46 +622,77 @@ def tune_problem(problem: Problem, instances: Sequence[Any], *, device: Any = No
     return list(rows.values())
 
 
-def _fatal(exc: BaseException, rows: dict[str, dict]) -> FatalDeviceError:
-    err = FatalDeviceError(f"the GPU is in an error state after {type(exc).__name__}: {exc}; the rows so far "
-                           "are saved; restart the sweep (it resumes and skips the instance that broke it; "
-                           "--compile-workers 1 pins the culprit if it happened while compiling)")
+def _fatal(exc: BaseException, rows: dict[str, dict], culprit: str | None = "") -> FatalDeviceError:
+    if culprit is None:
+        hint = ("it happened while compiling in parallel, so the culprit is unknown: rerun with "
+                "--compile-workers 1 (TuneOptions.compile_workers=1) to pin it")
+    else:
+        hint = "the rows so far are saved; rerun the sweep: it resumes and skips the instance that broke it"
+        if culprit:
+            hint += f" ({culprit})"
+    err = FatalDeviceError(f"the GPU is in an error state after {type(exc).__name__}: {exc}; the process must "
+                           f"restart; {hint}")
     err.rows = list(rows.values())  # type: ignore[attr-defined]
     return err
 
 
 def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable, tick: Callable) -> list[Any]:
-    """Run every instance once in a thread pool so Triton builds them in parallel; return those that ran."""
+    """Run every instance once so Triton builds them (in a thread pool: Triton releases the GIL while
+    compiling); failures become rows; return the instances that ran.
+
+    A fatal device error (the context is dead) raises FatalDeviceError. With one worker the culprit is
+    the first instance that hit it and gets a ``failed`` row (a resumed sweep skips it); with several
+    threads the culprit is ambiguous, so no fatal row is written and the message says to rerun with
+    ``--compile-workers 1``.
+    """
     workers = opts.compile_workers or min(16, os.cpu_count() or 1)
+    dev = case.device
 
     def build(inst: Any) -> tuple[Any, BaseException | None]:
         try:
-            _call(case, inst)()
+            with torch.cuda.device(dev):  # pool threads start on device 0
+                _call(case, inst)()
             return inst, None
         except BaseException as exc:  # noqa: BLE001 - recorded as the instance's row
             return inst, exc
 
     ok: list[Any] = []
-    fatal: BaseException | None = None
     if workers <= 1:
-        results = [build(i) for i in insts]
-    else:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="if-compile") as pool:
-            results = list(pool.map(build, insts))
+        for inst in insts:
+            _, exc = build(inst)
+            if exc is None:
+                try:
+                    torch.cuda.synchronize(dev)
+                except Exception as sync_exc:  # the launch itself broke the context
+                    exc = sync_exc
+            if exc is None:
+                ok.append(inst)
+                continue
+            status, reason, fatal = classify_error(exc)
+            row(inst, status, f"while compiling: {reason}")
+            tick(inst)
+            if fatal:
+                raise _fatal(exc, {}, culprit=inst.name)
+        return ok
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="if-compile") as pool:
+        results = list(pool.map(build, insts))
+    fatal_exc: BaseException | None = None
     for inst, exc in results:
         if exc is None:
             ok.append(inst)
             continue
-        status, reason, is_fatal = classify_error(exc)
+        status, reason, fatal = classify_error(exc)
+        if fatal:
+            fatal_exc = fatal_exc or exc
+            continue
         row(inst, status, f"while compiling: {reason}")
         tick(inst)
-        fatal = fatal or (exc if is_fatal else None)
     try:
-        torch.cuda.synchronize(case.device)
+        torch.cuda.synchronize(dev)
     except Exception as exc:  # a kernel launched by the pool broke the context
-        fatal = fatal or exc
-    if fatal is not None:
-        raise _fatal(fatal, {})
+        fatal_exc = fatal_exc or exc
+    if fatal_exc is not None:
+        raise _fatal(fatal_exc, {}, culprit=None)
     return ok
 
 
