@@ -3,6 +3,7 @@
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 import instance_factory as inf
 from instance_factory.registry import get_registry
@@ -26,7 +27,7 @@ def _inst(op, spec="default", dtype="fp32", fused="passthrough"):
 
 @triton.jit
 def _twice(acc):
-    return 2.0 * acc
+    return 2.0 * tl.maximum(acc, acc)
 
 
 def test_wrong_shape_names_tensor_and_expected_layout_shape():
