@@ -321,20 +321,22 @@ def empty_frame() -> pd.DataFrame:
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    """Give every schema column its dtype (object strings, Int64, float64); extra columns as str."""
-    df = df.copy()
+    """Give every schema column its dtype (str, Int64, float64; extra columns str), in file order."""
+    df = df.copy(deep=False)
     for c in COLUMNS:
         if c not in df.columns:
             df[c] = None
     for c in df.columns:
         kind = _KIND.get(c, _STR)
+        col = df[c]
         if kind == _INT:
-            df[c] = pd.to_numeric(df[c], errors="raise").astype("Int64")
+            if str(col.dtype) != "Int64":
+                df[c] = pd.to_numeric(col, errors="raise").astype("Int64")
         elif kind == _FLOAT:
-            df[c] = pd.to_numeric(df[c], errors="raise").astype("float64")
+            if col.dtype != "float64":
+                df[c] = pd.to_numeric(col, errors="raise").astype("float64")
         else:
-            df[c] = df[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
-                              else str(v)).astype(object)
+            df[c] = col.where(col.notna(), "").astype(str)
     extra = sorted(c for c in df.columns if c not in _KIND)
     return df[list(COLUMNS) + extra].reset_index(drop=True)
 
@@ -386,29 +388,25 @@ def keep_best(df: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 # file format
 # --------------------------------------------------------------------------------------------
-def _fmt(v: Any, kind: str) -> str:
-    if v is None or v is pd.NA:
-        return ""
+def _column_text(col: pd.Series, kind: str) -> list[str]:
     if kind == _FLOAT:
-        f = float(v)
-        if math.isnan(f):
-            return ""
-        if math.isinf(f):
-            return "inf" if f > 0 else "-inf"
-        return f"{f:.6g}"
+        out = []
+        for v in col.to_numpy(dtype="float64", na_value=math.nan).tolist():
+            out.append("" if v != v else format(v, ".6g"))  # NaN -> empty; inf -> "inf"
+        return out
     if kind == _INT:
-        return str(int(v))
-    return str(v)
+        return ["" if v is pd.NA else str(v) for v in col.astype(object).tolist()]
+    return col.tolist()
 
 
 def to_csv_text(df: pd.DataFrame) -> str:
+    """The file's text: header, rows sorted by identity, floats as %.6g, missing values empty."""
     df = _sorted(_typed(df))
-    kinds = [_KIND.get(c, _STR) for c in df.columns]
+    cols = [_column_text(df[c], _KIND.get(c, _STR)) for c in df.columns]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(df.columns)
-    for row in df.itertuples(index=False, name=None):
-        w.writerow([_fmt(v, k) for v, k in zip(row, kinds)])
+    w.writerows(zip(*cols))
     return buf.getvalue()
 
 
@@ -440,8 +438,12 @@ def read_db(path: str | os.PathLike) -> pd.DataFrame:
     if not text.endswith("\n"):
         problems.append("the last line has no line end (the file was cut short?)")
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    records: list[list[str]] = []
+    line_nums: list[int] = []
     try:
-        records = list(reader)
+        for rec in reader:
+            records.append(rec)
+            line_nums.append(reader.line_num)
     except csv.Error as exc:
         raise _damaged(path, [f"line {reader.line_num}: CSV syntax error: {exc}"]) from None
     header = records[0]
@@ -451,56 +453,72 @@ def read_db(path: str | os.PathLike) -> pd.DataFrame:
     if len(set(header)) != len(header):
         raise _damaged(path, ["the header names a column twice"])
     width = len(header)
-    idx = {c: i for i, c in enumerate(header)}
     good: list[list[str]] = []
-    for lineno, rec in enumerate(records[1:], start=2):
-        if not rec:
-            problems.append(f"line {lineno} is empty")
-            continue
+    good_lines: list[int] = []
+    for rec, lineno in zip(records[1:], line_nums[1:]):
         if len(rec) != width:
-            problems.append(f"line {lineno} has {len(rec)} fields, the header has {width}")
+            problems.append(f"line {lineno} has {len(rec)} fields, the header has {width}" if rec
+                            else f"line {lineno} is empty")
             continue
-        bad = [c for c in _REQUIRED if rec[idx[c]] == ""]
-        if bad:
-            problems.append(f"line {lineno} has no value for {bad}")
-            continue
-        st = rec[idx["status"]]
-        if st not in STATUSES:
-            problems.append(f"line {lineno}: unknown status {st!r}")
-            continue
-        for c, kind, _ in SCHEMA:
-            v = rec[idx[c]]
-            if v == "" or kind == _STR:
-                continue
-            try:
-                int(v) if kind == _INT else float(v)
-            except ValueError:
-                problems.append(f"line {lineno}: {c}={v!r} is not a{'n int' if kind == _INT else ' number'}")
-                break
-        else:
-            if st == "ok" and rec[idx["median_ms"]] == "":
-                problems.append(f"line {lineno}: an ok row without median_ms")
-                continue
-            fields = {c: rec[idx[c]] for c in PROBLEM_FIELDS}
-            try:
-                p = params_from_row(fields)
-                want = problem_key(rec[idx["op"]], p, rec[idx["layout"]], rec[idx["dtype"]],
-                                   rec[idx["fused_op"]])
-            except ValueError as exc:
-                problems.append(f"line {lineno}: the problem fields do not make a problem ({exc})")
-                continue
-            if want != rec[idx["problem_key"]]:
-                problems.append(f"line {lineno}: problem_key {rec[idx['problem_key']]!r} does not match "
-                                f"its field columns ({want!r})")
-                continue
-            good.append(rec)
+        good.append(rec)
+        good_lines.append(lineno)
+    df = pd.DataFrame(good, columns=header, dtype=object)
+    lines = pd.Series(good_lines, dtype="int64")
+    numeric: dict[str, pd.Series] = {}
+    if len(df):
+        problems += _check_frame(df, lines, numeric)
     if problems:
         raise _damaged(path, problems)
-    df = pd.DataFrame(good, columns=header)
-    for c in header:
-        if _KIND.get(c) in (_INT, _FLOAT):
-            df[c] = df[c].where(df[c] != "", None)
+    for c, num in numeric.items():
+        df[c] = num.astype("Int64") if _KIND[c] == _INT else num.astype("float64")
     return _typed(df)
+
+
+def _check_frame(df: pd.DataFrame, lines: pd.Series, numeric: dict[str, pd.Series]) -> list[str]:
+    """Problems of a freshly parsed all-string frame, each naming its line; fills ``numeric`` with
+    the parsed number columns."""
+    problems: list[str] = []
+    bad_any = pd.Series(False, index=df.index)
+
+    def report(mask: pd.Series, what: Any) -> None:
+        nonlocal bad_any
+        mask = mask & ~bad_any  # one problem per line
+        for i in mask[mask].index[:5]:
+            problems.append(f"line {lines[i]}: {what(i) if callable(what) else what}")
+        bad_any |= mask
+
+    for c in _REQUIRED:
+        report(df[c] == "", f"no value for {c}")
+    report(~df["status"].isin(STATUSES), lambda i: f"unknown status {df['status'][i]!r}")
+    for c, kind, _ in SCHEMA:
+        if kind == _STR:
+            continue
+        col = df[c]
+        filled = col != ""
+        num = pd.to_numeric(col.where(filled, None), errors="coerce")
+        numeric[c] = num
+        bad = filled & (num.isna() | (col.str.lower() == "nan"))
+        if kind == _INT:
+            bad |= filled & num.notna() & ((num % 1) != 0)
+        report(bad, lambda i, c=c, kind=kind: f"{c}={df[c][i]!r} is not a{'n int' if kind == _INT else ' number'}")
+    report((df["status"] == "ok") & (df["median_ms"] == ""), "an ok row without median_ms")
+    cols = ["problem_key", "op", "layout", "dtype", "fused_op", *PROBLEM_FIELDS]
+    uniq = df[cols].drop_duplicates()
+    wrong: dict[tuple, str] = {}
+    for rec in uniq.to_dict("records"):
+        try:
+            p = params_from_row(rec)
+            want = problem_key(rec["op"], p, rec["layout"], rec["dtype"], rec["fused_op"])
+        except ValueError as exc:
+            wrong[tuple(rec[c] for c in cols)] = f"the problem fields do not make a problem ({exc})"
+            continue
+        if want != rec["problem_key"]:
+            wrong[tuple(rec[c] for c in cols)] = (f"problem_key {rec['problem_key']!r} does not match its field "
+                                                 f"columns ({want!r})")
+    if wrong:
+        keys = pd.Series(list(zip(*(df[c] for c in cols))), index=df.index)
+        report(keys.isin(list(wrong)), lambda i: wrong[keys[i]])
+    return problems
 
 
 def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
