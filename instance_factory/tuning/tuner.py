@@ -162,15 +162,19 @@ def _match(name: str, patterns: str | Sequence[str]) -> bool:
 
 
 def _spread(items: list[Any], limit: int | None) -> list[Any]:
-    """At most ``limit`` items, round-robin over algorithms (so a small limit keeps every family)."""
+    """At most ``limit`` items: round-robin over the kernel families, the family with the fewest
+    runnable instances first (the specialized ones, e.g. ``direct`` for depthwise), each family's
+    instances in registry order (smallest tiles first), so a small limit still samples the kernels
+    most likely to fit."""
     if limit is None or len(items) <= limit:
         return list(items)
     by_alg: dict[str, list[Any]] = {}
     for i in items:
         by_alg.setdefault(i.algorithm, []).append(i)
+    groups = sorted(by_alg.values(), key=len)
     out: list[Any] = []
     while len(out) < limit:
-        for group in by_alg.values():
+        for group in groups:
             if group and len(out) < limit:
                 out.append(group.pop(0))
     return out
