@@ -115,6 +115,9 @@ def test_heuristic_falls_back_to_the_stated_default(tiers):
     with pytest.warns(L.TuningMissWarning):
         spec = look(params=one)
     assert spec.cfg.get("spec") == "1x1s1p0"  # a specialization that accepts it comes first
+    dw = ConvParams(2, 16, 2, 1, 1, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+    with pytest.warns(L.TuningMissWarning):
+        assert L.lookup("conv_bwd_weight", dw, layout=LAYOUT, dtype=torch.float16).algorithm == "direct"
 
 
 def test_error_policy_by_argument_and_environment(tiers, monkeypatch):

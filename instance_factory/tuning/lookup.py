@@ -16,10 +16,11 @@ Where the answer comes from, in order:
 
    * ``"heuristic"``: the nearest tuned problem with the same op, layout, dtype and fused op, by the
      distance below, whose winner can run this problem (ties: the smaller problem key). If no tuned
-     winner can run it (or nothing of that kind is tuned), the fixed default: among the instances
-     that can run the problem, the first of the registry's own order (the YAML declaration order,
-     with the ``spec`` specializations such as ``1x1s1p0`` preferred when they accept the problem,
-     since they only accept problems they are built for).
+     winner can run it (or nothing of that kind is tuned), the fixed default among the instances
+     that can run the problem: a ``spec`` specialization such as ``1x1s1p0`` (it accepts only the
+     problems it is built for), else the first instance in registry (YAML) order of the kernel
+     family with the fewest runnable instances, i.e. the most specialized family that accepts the
+     problem (``direct`` for depthwise; ties: registry order). See :func:`default_instance`.
    * ``"tune"``: tune this problem now (every runnable instance, verified, then timed), store the
      rows in the user tier and return the winner.
    * ``"error"``: raise :class:`TuningMissError` naming the problem key.
@@ -226,17 +227,23 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
                     f"winner can run it; using the untuned default {inst.name}; tune it for the best "
                     f"instance")
     return Choice(inst, "default", key, db_files=index.files,
-                  note="first runnable instance in registry order, specializations first")
+                  note="untuned default: a specialization, else the most specialized family's first instance")
 
 
 def default_instance(runnable: list[Any]) -> Any:
-    """The fixed default: specialized instances (``spec`` != default) first, then registry order."""
-    def rank(ix: tuple[int, Any]) -> tuple[int, int]:
-        i, inst = ix
-        spec = inst.cfg.get("spec", "default")
-        return (0 if spec not in (None, "default") else 1, i)
-
-    return min(enumerate(runnable), key=rank)[1]
+    """The fixed default among the instances that can run a problem: a ``spec`` specialization
+    (e.g. ``1x1s1p0``) first, since it only accepts problems it is built for; otherwise the first
+    instance, in registry order, of the kernel family with the fewest runnable instances (the most
+    specialized family that accepts the problem, e.g. ``direct`` for depthwise; ties: registry order).
+    """
+    specs = [i for i in runnable if i.cfg.get("spec", "default") not in (None, "default")]
+    if specs:
+        return specs[0]
+    counts: dict[str, int] = {}
+    for i in runnable:
+        counts[i.algorithm] = counts.get(i.algorithm, 0) + 1
+    order = {alg: n for n, alg in enumerate(counts)}
+    return min(runnable, key=lambda i: (counts[i.algorithm], order[i.algorithm]))
 
 
 def _get_instance(reg: Any, name: str) -> Any:
