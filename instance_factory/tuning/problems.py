@@ -171,10 +171,11 @@ def _layout_name(layout: str, ndim: int) -> str | None:
 def expand_problem_set(problem_set: Any, *, dtypes: Sequence[str] | None = None,
                        passes: Sequence[str] | None = None, layout: str | Sequence[str] = "nhwgc",
                        fused_op: str = "passthrough") -> list[Problem]:
-    """Entries x dtypes x passes x layouts -> sorted, de-duplicated Problems.
+    """Passes x dtypes x layouts x entries -> de-duplicated Problems, in that order (per pass and
+    dtype, the set's own layer order: what summary tables show; shards sort by key anyway).
 
     ``problem_set``: a set name, a YAML path, a loaded set (dict), or an iterable of Problems
-    (returned as they are, de-duplicated and sorted). ``layout`` is a family ("nhwgc", "gnhwc",
+    (returned in their order, de-duplicated). ``layout`` is a family ("nhwgc", "gnhwc",
     "ngchw", "ngchw_kcyx") or a CK triple (entries of another ndim are skipped), or a list of them.
     """
     if isinstance(problem_set, (str, os.PathLike)):
@@ -184,25 +185,26 @@ def expand_problem_set(problem_set: Any, *, dtypes: Sequence[str] | None = None,
         set_passes = [normalize_pass(p) for p in (passes or problem_set.get("passes") or OPS)]
         layouts = [layout] if isinstance(layout, str) else list(layout)
         out: dict[str, Problem] = {}
-        for e in problem_set["problems"]:
-            params: ConvParams = e["params"]
-            e_passes = [p for p in set_passes if p in e.get("passes", set_passes)]
-            for lay in layouts:
-                lname = _layout_name(lay, params.ndim)
-                if lname is None:
-                    continue
-                for op in e_passes:
-                    for dt in set_dtypes:
+        for op in set_passes:
+            for dt in set_dtypes:
+                for lay in layouts:
+                    for e in problem_set["problems"]:
+                        params: ConvParams = e["params"]
+                        if op not in e.get("passes", set_passes):
+                            continue
+                        lname = _layout_name(lay, params.ndim)
+                        if lname is None:
+                            continue
                         pr = Problem(op, params, lname, dt, e.get("fused_op", fused_op),
                                      name=str(e.get("name", "")), count=int(e.get("count", 1)))
                         out.setdefault(pr.key, pr)
-        return [out[k] for k in sorted(out)]
+        return list(out.values())
     probs: dict[str, Problem] = {}
     for pr in problem_set:
         if not isinstance(pr, Problem):
             raise TypeError(f"expected Problem objects, got {type(pr).__name__}")
         probs.setdefault(pr.key, pr)
-    return [probs[k] for k in sorted(probs)]
+    return list(probs.values())
 
 
 def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int]:

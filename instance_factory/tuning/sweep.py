@@ -29,7 +29,7 @@ __all__ = ["SweepResult", "local_gpu_count", "sweep"]
 
 @dataclass
 class SweepResult:
-    problems: list[Problem]  # this shard's problems
+    problems: list[Problem]  # this shard's problems, in the set's order
     tuned: int = 0  # (problem, instance) pairs measured now
     skipped_problems: int = 0  # problems with nothing left to measure (resume)
     rows: list[dict] = field(default_factory=list)
@@ -65,7 +65,8 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     t0 = time.monotonic()
     opts = TuneOptions.make(options, **option_kw)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
-    problems = shard_split(problems, parse_shard(shard))
+    mine = {p.key for p in shard_split(problems, parse_shard(shard))}
+    problems = [p for p in problems if p.key in mine]  # this shard's, in the set's order
     tdev = _torch_device(device)
     dinfo = current_device(tdev)
     target = resolve_db(db, dinfo)
