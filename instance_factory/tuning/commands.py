@@ -126,8 +126,14 @@ def _cmd_lookup(ns: argparse.Namespace) -> int:
 
     if layout.lower() in FAMILIES:
         layout = layout_for(layout.lower(), params.ndim).name
+    import warnings
+
+    from .lookup import TuningMissWarning
+
     try:
-        ch = explain(op, params, layout=layout, dtype=dtype, fused_op=fused, policy=ns.policy)
+        with warnings.catch_warnings():  # "chosen by" below says it
+            warnings.simplefilter("ignore", TuningMissWarning)
+            ch = explain(op, params, layout=layout, dtype=dtype, fused_op=fused, policy=ns.policy)
     except TuningMissError as exc:
         print(f"lookup: {exc}", file=sys.stderr)
         return 1
