@@ -38,10 +38,12 @@ def _spatial(ndim: int, v: int) -> tuple[int, ...]:
     return (v,) * ndim
 
 
-def matrix_cases() -> list[Case]:
+def matrix_cases(families: set[str] | None = None) -> list[Case]:
     """The interpreter test matrix at GPU-friendly (still small) sizes."""
     cases = []
     for lt in all_layouts():
+        if families and lt.family not in families:
+            continue
         nd = lt.ndim
         sp = {1: 33, 2: 17, 3: 9}[nd]
         P = ConvParams
@@ -64,7 +66,7 @@ def matrix_cases() -> list[Case]:
     return cases
 
 
-def ck_cases(include_large: bool) -> list[Case]:
+def ck_cases(include_large: bool, one_dtype: bool = False) -> list[Case]:
     path = REPO / "tools" / "ck_test_problems.yaml"
     if not path.exists():
         return []
@@ -78,17 +80,19 @@ def ck_cases(include_large: bool) -> list[Case]:
                        tuple(e["stride"]), tuple(e["dilation"]), tuple(e["left_pad"]), tuple(e["right_pad"]))
         fo = e.get("fused", "passthrough")
         nds = 1 if fo == "bilinear" else 0
-        for dt in ("fp16", "bf16") if e["op"] == "conv_bwd_data" else ("fp16", "bf16_fp32w"):
+        dts = ("fp16", "bf16") if e["op"] == "conv_bwd_data" else ("fp16", "bf16_fp32w")
+        for dt in dts[len(out) % 2:][:1] if one_dtype else dts:  # alternate dtypes when asked
             out.append(Case(e["op"], p, fam_layout[p.ndim], dt, fo, nds, label=f"CK {e['test']} {p.key()} {dt}"))
     return out
 
 
-def run_cases(cases: list[Case], per_case: int, log) -> list[dict]:
+def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99) -> list[dict]:
     reg = get_registry()
     rows = []
     for idx, case in enumerate(cases):
         if time.time() > DEADLINE[0]:
             rows.append({"case": case.title, "status": "SKIPPED (time budget)"})
+            log.write(json.dumps(rows[-1]) + "\n")
             continue
         runnable, declined = reg.candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
         if not runnable:
@@ -99,11 +103,14 @@ def run_cases(cases: list[Case], per_case: int, log) -> list[dict]:
         for inst in runnable:
             by_alg.setdefault(inst.algorithm, []).append(inst)
         chosen = []
-        for group in by_alg.values():
+        groups = list(by_alg.values())
+        groups = [groups[(idx + j) % len(groups)] for j in range(min(max_algs, len(groups)))]
+        for group in groups:
             chosen += [group[(idx * 7 + j * 13) % len(group)] for j in range(min(per_case, len(group)))]
         for inst in chosen:
             row = {"case": case.title, "op": case.op, "problem": case.params.key(), "layout": case.layout,
-                   "dtype": case.dtype, "fused_op": case.fused_op, "instance": inst.name}
+                   "dtype": case.dtype, "fused_op": case.fused_op, "instance": inst.name,
+                   "kernel_hash": inst.kernel_hash, "backend": "gpu"}
             try:
                 r = verify_instance(inst, case, "cuda", seed=idx)
                 row.update(error=r.error, tol=r.tolerance, status="PASS" if r.passed else "FAIL")
@@ -115,7 +122,7 @@ def run_cases(cases: list[Case], per_case: int, log) -> list[dict]:
     return rows
 
 
-def bench(out_dir: Path, log) -> list[dict]:
+def bench(out_dir: Path, log, ops: tuple[str, ...]) -> list[dict]:
     import triton.testing
 
     from instance_factory.ops import make_problem_tensors, prepare
@@ -137,6 +144,8 @@ def bench(out_dir: Path, log) -> list[dict]:
     for label, op, p, dt, fo in seeds:
         if time.time() > DEADLINE[0]:
             break
+        if op not in ops:
+            continue
         nds = 1 if fo == "add" else 0
         t = make_problem_tensors(op, p, layout, dt, nds, "cuda", seed=1)
         runnable, _ = reg.candidates(op, p, layout, dt, fo)
@@ -210,6 +219,11 @@ def main() -> int:
     ap.add_argument("--ck-large", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--per-case", type=int, default=2)
+    ap.add_argument("--tag", default="", help="suffix of the output file name")
+    ap.add_argument("--families", help="comma-separated layout families for --matrix (default all)")
+    ap.add_argument("--max-algs", type=int, default=99, help="kernel families tried per case")
+    ap.add_argument("--ck-one-dtype", action="store_true", help="one dtype per CK problem, alternating")
+    ap.add_argument("--ops", default="conv_bwd_data,conv_bwd_weight", help="ops to bench")
     ap.add_argument("--budget-s", type=float, default=480)
     ns = ap.parse_args()
     DEADLINE[0] = time.time() + ns.budget_s
@@ -222,13 +236,15 @@ def main() -> int:
             "sm_count": torch.cuda.get_device_properties(0).multi_processor_count, "date": time.strftime("%F %T")}
     print(json.dumps(meta), flush=True)
     summary = []
-    with open(out / "gpu_check.jsonl", "w") as log:
+    with open(out / f"gpu_check{ns.tag}.jsonl", "w") as log:
         log.write(json.dumps(meta) + "\n")
-        for flag, name, cases in ((ns.matrix, "matrix", matrix_cases), (ns.ck, "ck", lambda: ck_cases(ns.ck_large))):
+        fams = set(ns.families.split(",")) if ns.families else None
+        for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(fams)),
+                                  (ns.ck, "ck", lambda: ck_cases(ns.ck_large, ns.ck_one_dtype))):
             if not flag:
                 continue
             t0 = time.time()
-            rows = run_cases(cases(), ns.per_case, log)
+            rows = run_cases(cases(), ns.per_case, log, ns.max_algs)
             done = [r for r in rows if "error" in r]
             bad = [r for r in rows if r.get("status") not in ("PASS",)]
             worst = max((r["error"] for r in done if r["error"] == r["error"]), default=float("nan"))
@@ -237,7 +253,7 @@ def main() -> int:
             for r in bad[:15]:
                 print("  NOT PASS:", r.get("case"), r.get("instance", ""), r.get("status"), r.get("error", ""))
         if ns.bench:
-            rows = bench(out, log)
+            rows = bench(out, log, tuple(ns.ops.split(",")))
             summary.append("bench (ms ours / ms cuDNN -> ratio > 1 means faster than cuDNN):")
             for r in rows:
                 summary.append(f"  {r['bench']:14s} {r['op'][5:]:12s} {r['dtype']:10s} ours {r['ms']:.4f} ms "
