@@ -50,13 +50,18 @@ def _tune_options(ns: argparse.Namespace) -> dict[str, Any]:
     return kw
 
 
-def _problems_from_ns(ns: argparse.Namespace) -> list[Any]:
+def _problems_from_ns(ns: argparse.Namespace, groups: dict[str, list[Any]] | None = None) -> list[Any]:
+    """Every problem the namespace names; ``groups`` gets them per set name (and "problems")."""
     from .problems import Problem, expand_problem_set
 
     probs: list[Problem] = []
     for s in ns.sets or []:
-        probs += expand_problem_set(s, dtypes=_csv_list(ns.dtype), passes=_csv_list(getattr(ns, "passes", None)),
-                                    layout=_csv_list(ns.layout) or ["nhwgc"], fused_op=ns.fused_op)
+        got = expand_problem_set(s, dtypes=_csv_list(ns.dtype), passes=_csv_list(getattr(ns, "passes", None)),
+                                 layout=_csv_list(ns.layout) or ["nhwgc"], fused_op=ns.fused_op)
+        probs += got
+        if groups is not None:
+            groups.setdefault(str(s), []).extend(got)
+    n_sets = len(probs)
     for key in getattr(ns, "problem", None) or []:
         if "|" in key:
             probs.append(Problem.from_key(key))
@@ -68,6 +73,8 @@ def _problems_from_ns(ns: argparse.Namespace) -> list[Any]:
             probs += expand_problem_set(entry, dtypes=_csv_list(ns.dtype) or ["bf16", "fp16"],
                                         passes=_csv_list(getattr(ns, "passes", None)),
                                         layout=_csv_list(ns.layout) or ["nhwgc"], fused_op=ns.fused_op)
+    if groups is not None and len(probs) > n_sets:
+        groups["problems"] = probs[n_sets:]
     return probs
 
 
@@ -77,7 +84,8 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
     from .sweep import sweep
     from .tuner import FatalDeviceError
 
-    probs = _problems_from_ns(ns)
+    groups: dict[str, list[Any]] = {}
+    probs = _problems_from_ns(ns, groups)
     if not probs:
         print("tune: name a problem set (e.g. quickstart, resnet50) or give --problem", file=sys.stderr)
         return 2
@@ -99,12 +107,18 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
         from .summary import load_valid
 
         df = load_valid(dev, extra_files=[res.db])
-        table = summary_table(df, res.problems, title=f"{', '.join(ns.sets or ['problems'])} on {dev.name}")
+        mine = {p.key for p in res.problems}
+        tables = []
+        for name, group in groups.items():
+            shown = [p for p in group if p.key in mine]
+            if shown:
+                tables.append(summary_table(df, shown, title=f"{name} on {dev.name}"))
+        text = "\n".join(tables)
         print()
-        print(table)
+        print(text)
         if ns.summary:
             with open(ns.summary, "w") as f:
-                f.write(table)
+                f.write(text)
     return 1 if res.failed_workers else 0
 
 
