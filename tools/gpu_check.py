@@ -149,6 +149,7 @@ def bench(out_dir: Path, log, ops: tuple[str, ...]) -> list[dict]:
         nds = 1 if fo == "add" else 0
         t = make_problem_tensors(op, p, layout, dt, nds, "cuda", seed=1)
         runnable, _ = reg.candidates(op, p, layout, dt, fo)
+        runnable.sort(key=lambda i: i.algorithm != "direct")  # the memory-bound path first where it applies
         best = None
         for inst in runnable:
             if time.time() > DEADLINE[0]:
@@ -157,6 +158,14 @@ def bench(out_dir: Path, log, ops: tuple[str, ...]) -> list[dict]:
                 _, args = prepare(op, t["a"], t["b"], p, layout=layout, ds=t["ds"], fused_op=fo, instance=inst)
                 launch = inst.alg.launch
                 launch(args)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                launch(args)
+                torch.cuda.synchronize()
+                once_ms = (time.perf_counter() - t0) * 1e3
+                if best is not None and once_ms > 5 * best[1] + 0.05:  # hopeless: skip the full timing
+                    log.write(json.dumps({"bench": label, "instance": inst.name, "once_ms": once_ms}) + "\n")
+                    continue
                 ms = triton.testing.do_bench(lambda launch=launch, args=args: launch(args), warmup=25, rep=100, return_mode="median")
             except Exception as exc:
                 log.write(json.dumps({"bench": label, "instance": inst.name, "error": str(exc)[:200]}) + "\n")
