@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,10 +46,11 @@ class RunArgs:
     ds: tuple[torch.Tensor, ...]
     out: torch.Tensor  # preallocated result (grad_in or grad_wei) in its final dtype
     cfg: dict[str, Any]  # the instance's tile/pipeline parameters
-    geo: ConvGeometry = field(init=False)
+    geo: ConvGeometry | None = None  # built from params and layout when not given
 
     def __post_init__(self) -> None:
-        self.geo = ConvGeometry.build(self.params, self.layout)
+        if self.geo is None:
+            self.geo = ConvGeometry.build(self.params, self.layout)
 
 
 DeclineFn = Callable[[dict, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]

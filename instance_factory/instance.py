@@ -63,8 +63,9 @@ class Instance:
     config: tuple[tuple[str, Any], ...]  # (param, value) in the family's declared order
     source: str = ""  # the YAML file and entry it came from
 
-    @property
+    @functools.cached_property
     def cfg(self) -> dict[str, Any]:
+        """The tile/pipeline parameters (shared: treat as read-only)."""
         return dict(self.config)
 
     @property

@@ -8,6 +8,7 @@ combination not declared in configs/, or an instance that cannot run the problem
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from .algorithms import RunArgs, interpreting
 from .dtypes import DataType, resolve_dtype
 from .epilogue import FusedOp, resolve_fused_op
 from .instance import Instance
+from .kernels.geometry import ConvGeometry
 from .layouts import LayoutTriple, parse_layout
 from .problem import ConvParams
 from .registry import get_registry
@@ -78,39 +80,100 @@ def _resolve_instance(instance: Any, op: str, params: ConvParams, lt: LayoutTrip
     return inst
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What one (op, params, layout, dtypes, fused op, #Ds) needs, checked once and then cached."""
+
+    lt: LayoutTriple
+    dt: DataType
+    fused: FusedOp
+    user_fn: Any
+    a_shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    result_shape: tuple[int, ...]
+    result_dtype: torch.dtype
+    geo: ConvGeometry
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_ACCEPTED: set[tuple[str, tuple]] = set()  # (instance name, plan key) pairs that passed decline()
+
+
+def _build_plan(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, layout: str | LayoutTriple,
+                n_ds: int, fused_op: Any, wei_dtype: torch.dtype | None, compute_dtype: str | None) -> _Plan:
+    if not isinstance(params, ConvParams):
+        raise TypeError(f"params must be an instance_factory.ConvParams, got {type(params).__name__}")
+    lt = parse_layout(layout, params.ndim)
+    (_, a_tensor), (_, b_tensor), result_tensor = _OPERANDS[op]
+    if wei_dtype is not None and op != "conv_bwd_weight":
+        raise TypeError("wei_dtype= applies to conv_bwd_weight only")
+    dt = resolve_dtype(a.dtype, compute_dtype=compute_dtype, wei_dtype=wei_dtype)
+    fused, user_fn = resolve_fused_op(fused_op, n_ds)
+    if not get_registry().is_declared(op, lt, dt.name, params.ndim, fused.name):
+        raise ValueError(f"{op} is not declared for layout {lt.name}, dtype {dt.name} ({dt.label}), "
+                         f"{params.ndim}D, fused op {fused.name!r}: see configs/{op}.yaml")
+    return _Plan(lt, dt, fused, user_fn, lt.shape(a_tensor, params), lt.shape(b_tensor, params),
+                 lt.shape(result_tensor, params), dt.result or dt.data, ConvGeometry.build(params, lt))
+
+
+def _check_call(op: str, plan: _Plan, a: torch.Tensor, b: torch.Tensor, ds: tuple) -> torch.device:
+    """Per-call tensor checks against a cached plan; the slow, message-building checks run only on failure."""
+    (a_name, a_tensor), (b_name, b_tensor), result_tensor = _OPERANDS[op]
+    ok = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == plan.a_shape
+          and b.shape == plan.b_shape and a.is_contiguous() and b.is_contiguous() and a.dtype == b.dtype
+          and a.device == b.device)
+    for d in ds:
+        ok = ok and isinstance(d, torch.Tensor) and d.shape == plan.result_shape and d.is_contiguous() \
+            and d.dtype in (plan.result_dtype, torch.float32) and d.device == a.device
+    if not ok:  # find and name the problem
+        _check_tensor(a_name, a, plan.a_shape, plan.lt, a_tensor)
+        _check_tensor(b_name, b, plan.b_shape, plan.lt, b_tensor)
+        if a.dtype != b.dtype:
+            raise TypeError(f"{a_name} is {a.dtype} but {b_name} is {b.dtype}; both operands must share a dtype")
+        for i, d in enumerate(ds):
+            _check_tensor(f"ds[{i}]", d, plan.result_shape, plan.lt, result_tensor)
+            if d.dtype not in (plan.result_dtype, torch.float32):
+                raise TypeError(f"ds[{i}] is {d.dtype}; a D must have the result's dtype {plan.result_dtype} "
+                                "or float32")
+    return _check_device({a_name: a, b_name: b, **{f"ds[{i}]": d for i, d in enumerate(ds)}})
+
+
 def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, layout: str | LayoutTriple,
             ds: Sequence[torch.Tensor] = (), fused_op: Any = "passthrough", alpha: float = 1.0,
             beta: float = 1.0, wei_dtype: torch.dtype | None = None, compute_dtype: str | None = None,
             instance: Any = None) -> tuple[Instance, RunArgs]:
-    """Check everything, choose the instance, allocate the result: what a launch needs."""
-    if not isinstance(params, ConvParams):
-        raise TypeError(f"params must be an instance_factory.ConvParams, got {type(params).__name__}")
-    lt = parse_layout(layout, params.ndim)
-    (a_name, a_tensor), (b_name, b_tensor), result_tensor = _OPERANDS[op]
-    _check_tensor(a_name, a, lt.shape(a_tensor, params), lt, a_tensor)
-    _check_tensor(b_name, b, lt.shape(b_tensor, params), lt, b_tensor)
-    if a.dtype != b.dtype:
-        raise TypeError(f"{a_name} is {a.dtype} but {b_name} is {b.dtype}; both operands must share a dtype")
-    if wei_dtype is not None and op != "conv_bwd_weight":
-        raise TypeError("wei_dtype= applies to conv_bwd_weight only")
-    dt = resolve_dtype(a.dtype, compute_dtype=compute_dtype, wei_dtype=wei_dtype)
+    """Check everything, choose the instance, allocate the result: what a launch needs.
+
+    The checks that depend only on the problem description are done once per distinct description
+    and cached; each call re-checks the tensors themselves (shape, dtype, device, contiguity).
+    """
     ds = tuple(ds)
-    fused, user_fn = resolve_fused_op(fused_op, len(ds))
-    result_dtype = dt.result or dt.data
-    result_shape = lt.shape(result_tensor, params)
-    for i, d in enumerate(ds):
-        _check_tensor(f"ds[{i}]", d, result_shape, lt, result_tensor)
-        if d.dtype not in (result_dtype, torch.float32):
-            raise TypeError(f"ds[{i}] is {d.dtype}; a D must have the result's dtype {result_dtype} or float32")
-    device = _check_device({a_name: a, b_name: b, **{f"ds[{i}]": d for i, d in enumerate(ds)}})
-    reg = get_registry()
-    if not reg.is_declared(op, lt, dt.name, params.ndim, fused.name):
-        raise ValueError(f"{op} is not declared for layout {lt.name}, dtype {dt.name} ({dt.label}), "
-                         f"{params.ndim}D, fused op {fused.name!r}: see configs/{op}.yaml")
-    inst = _resolve_instance(instance, op, params, lt, dt, fused, device, compute_dtype, wei_dtype)
-    out = torch.empty(result_shape, dtype=result_dtype, device=device)
-    args = RunArgs(params=params, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=float(alpha),
-                   beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.cfg)
+    dtype = a.dtype if isinstance(a, torch.Tensor) else None
+    key = (op, params, layout, dtype, len(ds), fused_op, wei_dtype, compute_dtype)
+    try:
+        plan = _PLANS[key]
+    except KeyError:
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"{_OPERANDS[op][0][0]} must be a torch.Tensor, got {type(a).__name__}") from None
+        plan = _PLANS[key] = _build_plan(op, a, b, params, layout, len(ds), fused_op, wei_dtype, compute_dtype)
+    except TypeError:  # unhashable description: check without caching
+        plan = _build_plan(op, a, b, params, layout, len(ds), fused_op, wei_dtype, compute_dtype)
+        key = None
+    device = _check_call(op, plan, a, b, ds)
+    if instance is None:
+        inst = _resolve_instance(None, op, params, plan.lt, plan.dt, plan.fused, device, compute_dtype, wei_dtype)
+    else:
+        name = instance if isinstance(instance, str) else getattr(instance, "name", None)
+        if key is None or (name, key) not in _ACCEPTED:
+            inst = _resolve_instance(instance, op, params, plan.lt, plan.dt, plan.fused, device, compute_dtype,
+                                     wei_dtype)
+            if key is not None:
+                _ACCEPTED.add((name, key))
+        else:
+            inst = get_registry().get(instance) if isinstance(instance, str) else instance
+    out = torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
+    args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
+                   alpha=float(alpha), beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.cfg, geo=plan.geo)
     return inst, args
 
 

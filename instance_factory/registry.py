@@ -119,6 +119,16 @@ def _load(directory: str) -> Registry:
     return Registry.from_dir(Path(directory))
 
 
+_DEFAULT: list[Registry] = []  # the default registry, found without touching the file system again
+
+
 def get_registry(directory: str | Path | None = None) -> Registry:
     """The registry built from configs/ (cached per directory)."""
-    return _load(str(directory or config_dir()))
+    if directory is None:
+        if not _DEFAULT or os.environ.get("INSTANCE_FACTORY_CONFIGS"):
+            reg = _load(str(config_dir()))
+            if os.environ.get("INSTANCE_FACTORY_CONFIGS"):
+                return reg
+            _DEFAULT.append(reg)
+        return _DEFAULT[0]
+    return _load(str(directory))
