@@ -64,6 +64,33 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_quickstart(ns: argparse.Namespace) -> int:
+    """The main job: verify, sweep the quickstart set, look one problem up, print the summary."""
+    import torch
+
+    on_gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    where = "GPU" if on_gpu else "CPU, Triton interpreter"
+    if ns.db:  # the lookup step must read what the sweep wrote
+        os.environ["INSTANCE_FACTORY_USER_DB"] = ns.db
+    steps = [
+        ("1/3 verify built-in problems against float64", ["verify", "--max-instances", "1"]),
+        ("2/3 tune the quickstart problem set (fp16, both passes)",
+         ["tune", "quickstart", "--dtype", "fp16", "--quiet",
+          *([] if on_gpu else ["--max-instances", "2", "--cpu-reps", "1"])]),
+        ("3/3 look up the instance that now serves a depthwise problem",
+         ["lookup", "--op", "weight", "--params", "2d-g16-n2-k1-c1-f3x3-i6x6-s1x1-d1x1-l1x1-r1x1",
+          "--dtype", "fp16"]),
+    ]
+    parser = build_parser()
+    for title, argv in steps:
+        print(f"\n== {title} ({where}) ==", flush=True)
+        sub = parser.parse_args(argv)
+        rc = int(sub.func(sub) or 0)
+        if rc:
+            return rc
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="instance-factory", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="verify a built-in problem set against the float64 reference")
     p.add_argument("--max-instances", type=int, default=2, help="instances verified per problem")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("quickstart", help="the main job: verify, tune the quickstart set, look up, summarize")
+    p.add_argument("--db", help="database the sweep writes (default: the user tier)")
+    p.set_defaults(func=_cmd_quickstart)
 
     for mod in _PROVIDERS:
         try:
