@@ -220,6 +220,66 @@ def cudnn_time(op: str, p: ConvParams, dt: str, fo: str, t: dict) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def fp8_cases() -> list[Case]:
+    """fp16 data, fp8 tensor-core compute (bwd weight only; sm_89+)."""
+    P = ConvParams
+    return [
+        Case("conv_bwd_weight", P(2, 1, 8, 64, 64, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1)),
+             "NHWGC/GKYXC/NHWGK", "fp16_fp8", label="fp8 2D 3x3"),
+        Case("conv_bwd_weight", P(3, 2, 2, 32, 32, (3, 3, 3), (9, 9, 9), (2, 2, 2), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+             "NDHWGC/GKZYXC/NDHWGK", "fp16_fp8", "bilinear", 1, label="fp8 3D bilinear"),
+        Case("conv_bwd_weight", P(1, 1, 4, 64, 32, (3,), (200,), (2,), (1,), (1,), (1,)),
+             "GNWC/GKXC/GNWK", "fp16_fp8", label="fp8 1D"),
+    ]
+
+
+def large_cases() -> list[Case]:
+    """Tensors past 2**31 elements: the 64-bit offset paths, against float64 on the GPU."""
+    P = ConvParams
+    return [
+        # grad_in and grad_out of 64*64*1024*512 = 2**31 elements each
+        Case("conv_bwd_data", P(2, 1, 64, 64, 64, (3, 3), (1024, 512), (1, 1), (1, 1), (1, 1), (1, 1)),
+             "NHWGC/GKYXC/NHWGK", "fp16", label="large bwd data 2^31-element tensors"),
+        Case("conv_bwd_weight", P(2, 1, 1, 8, 8, (1, 1), (23000, 12000), (1, 1), (1, 1), (0, 0), (0, 0)),
+             "NHWGC/GKYXC/NHWGK", "bf16_fp32w", label="large bwd weight 2.2e9-element input"),
+    ]
+
+
+def host_overhead(log) -> list[str]:
+    """Per-call host cost of the public op on a tiny problem: lookup + checks + launch."""
+    import warnings
+
+    import instance_factory as inf
+    from instance_factory.ops import make_problem_tensors
+
+    warnings.simplefilter("ignore")
+    p = ConvParams(2, 1, 1, 16, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
+    lay = "NHWGC/GKYXC/NHWGK"
+    t = make_problem_tensors("conv_bwd_data", p, lay, "fp16", 0, "cuda")
+    out = []
+    inst = inf.lookup("conv_bwd_data", p, layout=lay, dtype=torch.float16)
+    for label, fn in (("lookup hit", lambda: inf.lookup("conv_bwd_data", p, layout=lay, dtype=torch.float16)),
+                      ("conv_bwd_data(instance=None)", lambda: inf.conv_bwd_data(t["a"], t["b"], p, layout=lay)),
+                      ("raw kernel launch (launcher only)", None)):
+        if fn is None:
+            from instance_factory.ops import prepare
+
+            _, args = prepare("conv_bwd_data", t["a"], t["b"], p, layout=lay, instance=inst)
+            fn = lambda args=args: inst.alg.launch(args)  # noqa: E731
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        n = 2000
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) / n * 1e6
+        out.append(f"  host cost {label:36s} {us:8.2f} us/call")
+        log.write(json.dumps({"overhead": label, "us_per_call": us}) + "\n")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu_out"))
@@ -228,6 +288,9 @@ def main() -> int:
     ap.add_argument("--ck-large", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--per-case", type=int, default=2)
+    ap.add_argument("--fp8", action="store_true")
+    ap.add_argument("--large", action="store_true")
+    ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
     ap.add_argument("--families", help="comma-separated layout families for --matrix (default all)")
     ap.add_argument("--max-algs", type=int, default=99, help="kernel families tried per case")
@@ -249,7 +312,8 @@ def main() -> int:
         log.write(json.dumps(meta) + "\n")
         fams = set(ns.families.split(",")) if ns.families else None
         for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(fams)),
-                                  (ns.ck, "ck", lambda: ck_cases(ns.ck_large, ns.ck_one_dtype))):
+                                  (ns.ck, "ck", lambda: ck_cases(ns.ck_large, ns.ck_one_dtype)),
+                                  (ns.fp8, "fp8", fp8_cases), (ns.large, "large", large_cases)):
             if not flag:
                 continue
             t0 = time.time()
@@ -261,6 +325,8 @@ def main() -> int:
                            f"{len(bad)} not passing, worst error {worst:.2e}, {time.time() - t0:.0f}s")
             for r in bad[:15]:
                 print("  NOT PASS:", r.get("case"), r.get("instance", ""), r.get("status"), r.get("error", ""))
+        if ns.overhead:
+            summary += host_overhead(log)
         if ns.bench:
             rows = bench(out, log, tuple(ns.ops.split(",")))
             summary.append("bench (ms ours / ms cuDNN -> ratio > 1 means faster than cuDNN):")
