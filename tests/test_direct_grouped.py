@@ -32,7 +32,7 @@ DEV = "cpu" if interpreting() else "cuda"
 DATA = ALGORITHMS[("conv_bwd_data", "direct")]
 WEIGHT = ALGORITHMS[("conv_bwd_weight", "direct")]
 DATA_CFG = dict(block_p=64, block_ch=8, num_warps=4)
-WEIGHT_CFG = dict(block_p=4, block_ch=32, num_warps=4, split=3)
+WEIGHT_CFG = dict(block_p=16, block_ch=32, num_warps=4, split=3)
 
 
 def P(ndim, G, N, K, C, f, i, s, d, lp, rp):  # noqa: N802 - mirrors ConvParams' argument order
@@ -133,7 +133,7 @@ def test_check_config_data_bad(cfg, word):
     assert reason and word in reason
 
 
-@pytest.mark.parametrize("cfg", [dict(block_p=4, block_ch=128, num_warps=4, split=0),
+@pytest.mark.parametrize("cfg", [dict(block_p=128, block_ch=64, num_warps=4, split=0),
                                  dict(block_p=1, block_ch=1, num_warps=1, split=1),
                                  dict(block_p=16, block_ch=1024, num_warps=8, split=4096)])
 def test_check_config_weight_ok(cfg):
@@ -141,8 +141,9 @@ def test_check_config_weight_ok(cfg):
 
 
 @pytest.mark.parametrize("cfg,word", [
-    (dict(block_p=32, block_ch=128, num_warps=4, split=0), "block_p"),
+    (dict(block_p=2048, block_ch=1, num_warps=4, split=0), "block_p"),
     (dict(block_p=3, block_ch=128, num_warps=4, split=0), "block_p"),
+    (dict(block_p=256, block_ch=128, num_warps=4, split=0), "registers"),
     (dict(block_p=4, block_ch=2048, num_warps=4, split=0), "block_ch"),
     (dict(block_p=4, block_ch=128, num_warps=4, split=-1), "split"),
     (dict(block_p=4, block_ch=128, num_warps=4, split=1.5), "split"),
@@ -180,13 +181,13 @@ def test_declines(alg):
 
 def test_auto_split():
     p = P(2, 144, 8, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
-    s = mod.auto_split(p, 4, 128, 4, 2, 132)
+    s = mod.auto_split(p, 64, 64, 4, 2, 132)
     assert 1 < s <= 4096
     positions = 8 * 56 * 56
-    assert positions // s >= 16  # chunks long enough to amortize the partials
+    assert positions // s >= 128  # chunks long enough to amortize the partials, >= 2 tiles
     tiny = P(2, 144, 1, 1, 1, (3, 3), (4, 4), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert mod.auto_split(tiny, 4, 128, 4, 2, 132) == 1
-    assert mod.auto_split(p, 4, 128, 4, 2, 264) >= s
+    assert mod.auto_split(tiny, 64, 64, 4, 2, 132) == 1
+    assert mod.auto_split(p, 64, 64, 4, 2, 264) >= s
 
 
 # ------------------------------------------------------------------------------------------------
@@ -293,9 +294,9 @@ def test_fused_ops(op_name, split, case):
 
 @pytest.mark.parametrize("cfg", [
     dict(block_p=1, block_ch=4, num_warps=1, split=1),
-    dict(block_p=2, block_ch=8, num_warps=2, split=3),
-    dict(block_p=4, block_ch=64, num_warps=4, split=7),
-    dict(block_p=8, block_ch=16, num_warps=8, split=0),
+    dict(block_p=8, block_ch=8, num_warps=2, split=3),
+    dict(block_p=64, block_ch=64, num_warps=4, split=7),
+    dict(block_p=32, block_ch=16, num_warps=8, split=0),
 ])
 def test_weight_configs(cfg):
     check("weight", shape(2, G=5, K=2, C=1), cfg=cfg, seed=11)
@@ -311,11 +312,12 @@ def test_data_configs(cfg, ndim):
 
 
 def test_weight_tap_blocks():
-    """A 7x7 filter with block_ch=128, num_warps=1: 8 taps per program, the rest on grid axis 1."""
-    assert mod._block_t(49, 128, 1, 2) == 8
-    assert mod._block_t(9, 128, 4, 16) == 16 and mod._block_t(49, 128, 4, 16) == 16
+    """A 7x7 filter with block_ch=128, num_warps=1: 8 taps per program (7 blocks of 7), the rest
+    on grid axis 1."""
+    assert mod._taps_per_program(49, 128, 1) == 7
+    assert mod._taps_per_program(9, 128, 4) == 9 and mod._taps_per_program(49, 128, 4) == 13
     p = P(2, 3, 1, 1, 1, (7, 7), (6, 6), (1, 1), (1, 1), (3, 3), (3, 3))
-    check("weight", p, cfg=dict(block_p=2, block_ch=128, num_warps=1, split=2), seed=13)
+    check("weight", p, cfg=dict(block_p=8, block_ch=128, num_warps=1, split=2), seed=13)
 
 
 def test_weight_split_exceeds_positions():

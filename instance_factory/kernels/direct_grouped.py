@@ -72,14 +72,15 @@ def _dw_direct_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
     GKC, KC, C,  # flattened result-channel count, K*C, C
-    P, chunk,  # reduction length N*Do*Ho*Wo and positions per split
+    P, chunk,  # reduction length N*Do*Ho*Wo and positions per chunk
     Do, Ho, Wo, Di, Hi, Wi,
     FY, FX, TAPS,  # filter H/W lengths (D is implied by TAPS) and taps = FZ*FY*FX
     s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
     ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
-    BLOCK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_CH: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_CH: tl.constexpr,
+    NT: tl.constexpr, BLOCK_T: tl.constexpr,  # taps per program (unrolled) and its power of two
     FINAL: tl.constexpr,  # True: epilogue + store the result; False: store fp32 partials
     USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
@@ -100,57 +101,62 @@ def _dw_direct_kernel(
     x_ch = g * xs_g + c * xs_c
     y_ch = g * ys_g + k * ys_k
 
-    # ---- the tap block ------------------------------------------------------------------------
-    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    tmask = t < TAPS
-    tz = t // (FY * FX)
-    ty = (t // FX) % FY
-    tx = t % FX
-    off_d = tz * dil_d - pad_d  # input position = o*s + off
-    off_h = ty * dil_h - pad_h
-    off_w = tx * dil_w - pad_w
-    x_tap = off_d * xs_d + off_h * xs_h + off_w * xs_w
-    if USE_INT64:
-        x_tap = x_tap.to(tl.int64)
+    # ---- the taps of this program: t0 .. t0+NT-1 (scalars, unrolled below) --------------------
+    t0 = pid_t * NT
+    trow = tl.arange(0, BLOCK_T)
 
-    # ---- the reduction chunk --------------------------------------------------------------------
+    # ---- the reduction chunk, walked in tiles of BLOCK_P positions ------------------------------
     sid = pid_s
     if USE_INT64:
         sid = sid.to(tl.int64)
     p_start = sid * chunk
     p_end = tl.minimum(p_start + chunk, P)
+    prow = tl.arange(0, BLOCK_P)
+    if USE_INT64:
+        prow = prow.to(tl.int64)
 
     acc = tl.zeros((BLOCK_T, BLOCK_CH), dtype=tl.float32)
     for p0 in range(p_start, p_end, BLOCK_P):
-        for pp in tl.static_range(BLOCK_P):
-            p = p0 + pp
-            # position p is valid iff p < p_end; folded into integer limits (the interpreter
-            # mistypes a scalar-bool & vector-bool mask)
-            lim_c = tl.where(p < p_end, GKC, 0)
-            lim_t = tl.where(p < p_end, TAPS, 0)
-            ow = p % Wo
-            q = p // Wo
-            oh = q % Ho
-            q = q // Ho
-            od = q % Do
-            n = q // Do
-            # the dy row is loaded straight in the [taps x channels] tile's layout (every tap row
-            # reads the same addresses: L1 hits), which avoids a shared-memory layout conversion
-            # and its barrier per position
-            y_off = (n * ys_n + od * ys_d + oh * ys_h + ow * ys_w) + y_ch
-            dyv = tl.load(dy_ptr + tl.broadcast_to(y_off[None, :], (BLOCK_T, BLOCK_CH)),
-                          mask=tl.broadcast_to((j < lim_c)[None, :], (BLOCK_T, BLOCK_CH)),
-                          other=0.0).to(tl.float32)
-            i_d = od * s_d + off_d
-            i_h = oh * s_h + off_h
-            i_w = ow * s_w + off_w
-            xm = (t < lim_t) & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < Wi)
-            x_pos = (n * xs_n + od * s_d * xs_d + oh * s_h * xs_h + ow * s_w * xs_w) + x_tap
-            xv = tl.load(x_ptr + x_pos[:, None] + x_ch[None, :],
+        # position decomposition once per tile (vector over the tile's positions)
+        p = p0 + prow
+        pm = p < p_end
+        ow = p % Wo
+        q = p // Wo
+        oh = q % Ho
+        q = q // Ho
+        od = q % Do
+        n = q // Do
+        ymask = pm[:, None] & cmask[None, :]
+        y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+        dyv = tl.load(dy_ptr + (y_pos[:, None] + y_ch[None, :]), mask=ymask, other=0.0).to(tl.float32)
+        b_d = od * s_d - pad_d  # input position of tap 0
+        b_h = oh * s_h - pad_h
+        b_w = ow * s_w - pad_w
+        x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
+        for tt in tl.static_range(NT):
+            t = t0 + tt
+            tz = t // (FY * FX)
+            ty = (t // FX) % FY
+            tx = t % FX
+            i_d = b_d + tz * dil_d
+            i_h = b_h + ty * dil_h
+            i_w = b_w + tx * dil_w
+            # t < TAPS folded into an integer limit (a scalar-bool & vector-bool mask mistypes in
+            # the interpreter)
+            lim_w = tl.where(t < TAPS, Wi, 0)
+            xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
+            x_tap = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+            xv = tl.load(x_ptr + ((x_pos + x_tap)[:, None] + x_ch[None, :]),
                          mask=xm[:, None] & cmask[None, :], other=0.0).to(tl.float32)
-            acc += xv * dyv
+            part = tl.sum(xv * dyv, axis=0)
+            acc = tl.where((trow == tt)[:, None], acc + part[None, :], acc)
 
+    t = t0 + trow
+    tmask = (trow < NT) & (t < TAPS)
     if FINAL:
+        tz = t // (FY * FX)
+        ty = (t // FX) % FY
+        tx = t % FX
         w_ch = g * ws_g + k * ws_k + c * ws_c
         w_tap = tz * ws_z + ty * ws_y + tx * ws_x
         offs = w_tap[:, None] + w_ch[None, :]
@@ -206,26 +212,27 @@ def _sm_count(device: str) -> int:
     return _DEFAULT_SMS
 
 
-def _block_t(taps: int, block_ch: int, num_warps: int, block_p: int) -> int:
-    """Taps per program: all of them (rounded up to a power of two) unless the [taps x channels]
-    accumulator would exceed 32 fp32 registers per thread (16 with block_p=16, whose unrolled loads
-    need the room: 32 spills on sm_90); then the taps go to grid axis 1."""
-    per_thread = 32 if block_p <= 8 else 16
-    cap = max(1, (per_thread * 32 * num_warps) // block_ch)
-    cap = 1 << (cap.bit_length() - 1)
-    return max(1, min(triton.next_power_of_2(taps), cap, 64))
+def _taps_per_program(taps: int, block_ch: int, num_warps: int) -> int:
+    """Taps per program (unrolled in the kernel): all of them unless the [taps x channels] fp32
+    accumulator would exceed 32 registers per thread, or more than 16 taps would be unrolled; then
+    the taps are spread evenly over grid axis 1."""
+    cap = max(1, (32 * 32 * num_warps) // block_ch)
+    cap = min(1 << (cap.bit_length() - 1), 16)
+    return triton.cdiv(taps, triton.cdiv(taps, cap))
 
 
 def auto_split(params: ConvParams, block_p: int, block_ch: int, num_warps: int, elem_bytes: int,
                sms: int) -> int:
-    """Reduction chunks for bwd weight: enough programs to fill ~8 per SM, but every chunk long
-    enough that its fp32 partials (written and read back) cost at most ~1/4 of its operand reads."""
+    """Reduction chunks for bwd weight: enough programs for ~4 per SM, but every chunk long enough
+    that its fp32 partials (written and read back) cost at most ~1/8 of its operand reads, and at
+    least two position tiles long."""
     taps = math.prod(params.filter)
     gkc = params.G * params.K * params.C
-    base = triton.cdiv(gkc, block_ch) * triton.cdiv(taps, _block_t(taps, block_ch, num_warps, block_p))
+    base = triton.cdiv(gkc, block_ch) * triton.cdiv(taps, _taps_per_program(taps, block_ch, num_warps))
     P = params.N * math.prod(params.output)
-    min_chunk = max(16, math.ceil(32 * taps * params.K * params.C / ((params.C + params.K) * elem_bytes)))
-    want = triton.cdiv(8 * sms, base)
+    min_chunk = max(2 * block_p,
+                    math.ceil(64 * taps * params.K * params.C / ((params.C + params.K) * elem_bytes)))
+    want = triton.cdiv(4 * sms, base)
     return int(max(1, min(want, P // min_chunk, _MAX_SPLIT)))
 
 
@@ -241,28 +248,29 @@ def launch_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> None:
     taps = geo.taps
     gkc = geo.G * geo.K * geo.C
     P = geo.N * math.prod(geo.out3)
-    block_t = _block_t(taps, block_ch, num_warps, block_p)
+    nt = _taps_per_program(taps, block_ch, num_warps)
     if split <= 0:
         split = auto_split(p, block_p, block_ch, num_warps, x.element_size(), _sm_count(str(out.device)))
     split = max(1, min(split, P, _MAX_SPLIT))
     chunk = triton.cdiv(P, split)
     split = triton.cdiv(P, chunk)  # no empty trailing chunks
     total = taps * gkc
-    use_int64 = force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT or P + chunk >= _INT32_LIMIT
+    use_int64 = (force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT
+                 or P + chunk + block_p >= _INT32_LIMIT)
     final = split == 1
     ws = out if final else torch.empty(split * total, dtype=torch.float32, device=out.device)
     ds = epilogue_args(tuple(args.ds), out)
     user_fn = user_fn_or_noop(args.user_fn)
     op, nds = args.fused.code, len(args.ds)
-    grid = (triton.cdiv(gkc, block_ch), triton.cdiv(taps, block_t), split)
+    grid = (triton.cdiv(gkc, block_ch), triton.cdiv(taps, nt), split)
     _dw_direct_kernel[grid](
         x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
         gkc, geo.K * geo.C, geo.C, P, chunk,
         *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
         *geo.stride3, *geo.dil3, *geo.pad3,
         *geo.x_strides, *geo.w_strides, *geo.y_strides,
-        BLOCK_P=block_p, BLOCK_T=block_t, BLOCK_CH=block_ch, FINAL=final, USE_INT64=use_int64,
-        OP=op, NUM_DS=nds, USER_FN=user_fn, num_warps=num_warps,
+        BLOCK_P=block_p, BLOCK_CH=block_ch, NT=nt, BLOCK_T=triton.next_power_of_2(nt),
+        FINAL=final, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn, num_warps=num_warps,
     )
     if not final:
         _dw_finalize_kernel[(triton.cdiv(total, _FINALIZE_BLOCK),)](
@@ -432,8 +440,12 @@ def check_config_bwd_weight(cfg: dict) -> str | None:
     reason = _check_common(cfg, _WEIGHT_PARAMS)
     if reason:
         return reason
-    if not _is_pow2(cfg["block_p"]) or cfg["block_p"] > 16:
-        return f"block_p={cfg['block_p']!r} (positions unrolled per step) must be a power of two <= 16"
+    if not _is_pow2(cfg["block_p"]) or cfg["block_p"] > 1024:
+        return f"block_p={cfg['block_p']!r} (positions per tile) must be a power of two from 1 to 1024"
+    tile = cfg["block_p"] * cfg["block_ch"]
+    if tile > 64 * 32 * cfg["num_warps"]:
+        return (f"block_p*block_ch={tile} needs more than 64 fp32 registers per thread for the "
+                f"grad_out tile with num_warps={cfg['num_warps']}")
     split = cfg["split"]
     if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:
         return f"split={split!r} must be an int from 0 (auto) to {_MAX_SPLIT}"
@@ -469,9 +481,9 @@ def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: Da
     if reason:
         return reason
     taps = math.prod(p.filter)
-    block_t = _block_t(taps, cfg["block_ch"], cfg["num_warps"], cfg["block_p"])
-    if triton.cdiv(taps, block_t) > _MAX_GRID_YZ:
-        return (f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {block_t} "
+    nt = _taps_per_program(taps, cfg["block_ch"], cfg["num_warps"])
+    if triton.cdiv(taps, nt) > _MAX_GRID_YZ:
+        return (f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {nt} "
                 f"(block_ch={cfg['block_ch']}, num_warps={cfg['num_warps']})")
     return None
 
