@@ -333,11 +333,20 @@ def test_weight_deterministic():
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_int64_offsets(op_name):
+@pytest.mark.parametrize("op_name,K", [("data", 2), ("weight", 2), ("weight", 1)],
+                         ids=["data", "weight-grouped", "weight-depthwise"])
+def test_int64_offsets(op_name, K):
     """The 64-bit offset path (taken for tensors of 2**31 elements or more), forced on a small one."""
     cfg = dict(split=3) if op_name == "weight" else None
-    check(op_name, shape(3, G=3, K=2, C=1), cfg=cfg, force_int64=True, op="add", n_ds=1, seed=31)
+    check(op_name, shape(3, G=3, K=K, C=1), cfg=cfg, force_int64=True, op="add", n_ds=1, seed=31)
+
+
+@pytest.mark.parametrize("cfg", [dict(block_p=8, block_ch=2, num_warps=1, split=2),
+                                 dict(block_p=32, block_ch=8, num_warps=4, split=0)])
+def test_weight_depthwise_configs(cfg):
+    """Depthwise tiles with several position tiles per chunk and a partly masked last tile."""
+    p = P(2, 5, 3, 1, 1, (3, 3), (7, 9), (1, 1), (1, 1), (1, 1), (1, 1))
+    check("weight", p, cfg=cfg, seed=41)
 
 
 def test_nan_never_passes():

@@ -7,16 +7,21 @@ flattened channel axis, which is the contiguous one for channels-last NHWGC, rea
 index strides of ``ConvGeometry`` (padded to 3D, so one kernel serves ndim 1/2/3).
 
 conv_bwd_weight ("direct"): dw[g,k,tap,c] = sum over (n, out pos) dy[n,o,g,k] * x[n, o*s-lp+tap*dil, g, c].
-    The vector axis is the flattened (g, k, c) index j of the result (for depthwise simply g, so the
-    dy and x rows are contiguous). Grid = (channel blocks, tap blocks, split). A program owns
-    BLOCK_CH channels, BLOCK_T taps (all of them unless the filter is large) and one chunk of the
-    flattened (n, od, oh, ow) reduction; per output position it reads the dy row once and the x
-    neighbourhood (all taps, an L1/L2 hit for the neighbours) as one [BLOCK_T, BLOCK_CH] gather and
-    accumulates [taps x channels] in registers. ``block_p`` positions are unrolled per loop step so
-    that many loads are in flight. split == 1 applies the fused epilogue and stores the result in the
-    same kernel; split > 1 writes fp32 partials to a workspace [split, taps, G*K*C] (every chunk,
-    also an empty one, writes its slot: nothing to zero) and a second kernel sums them in a fixed
-    order (deterministic), applies the epilogue and stores in the result dtype.
+    Grid = (channel blocks, tap blocks, split chunks). A program owns NT taps (all of them unless the
+    filter is large; unrolled) and one chunk of the flattened (n, od, oh, ow) reduction, walked in
+    tiles of BLOCK_P positions whose (n, od, oh, ow) decomposition is computed once per tile. Per
+    tile it loads the dy tile once and, per tap, the shifted x tile (masked at the borders; the
+    neighbouring taps' rows are L1 hits), reduces dy*x over the tile's positions and adds the result
+    to that tap's row of a [taps x channels] fp32 accumulator.
+    * depthwise (C = K = 1, ``_dw_direct_kernel``): the tiles are [BLOCK_P, BLOCK_CH] with BLOCK_CH
+      contiguous groups: 16-byte loads for bf16/fp16 (ld.global.v4) in NHWGC.
+    * few-channel groups (K*C > 1, ``_dw_grouped_kernel``): BLOCK_CH // (K*C) whole groups; dy is
+      read as [BLOCK_P, groups, K] and each tap's x as [BLOCK_P, groups, C] (each element once, the
+      k / c runs contiguous), and their per-group outer product [BLOCK_P, groups, K, C] is reduced.
+    split == 1 applies the fused epilogue and stores the result in the same kernel; split > 1 writes
+    fp32 partials to a workspace [split, taps, G*K*C] (every chunk writes its slot: nothing to zero)
+    and a second kernel sums them in a fixed order (deterministic), applies the epilogue and stores
+    in the result dtype.
 
 conv_bwd_data ("direct"): dx[n,i,g,c] = sum over k, taps with integer in-range ho: dy[n,ho,g,k]*w[g,k,tap,c].
     The vector axes are (BLOCK_P input positions) x (BLOCK_CH of the flattened (g, c) axis). The
@@ -171,6 +176,108 @@ def _dw_direct_kernel(
 
 
 @triton.jit
+def _dw_grouped_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    G, P, chunk,
+    Do, Ho, Wo, Di, Hi, Wi,
+    FY, FX, TAPS,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,
+    K: tl.constexpr, C: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr,  # per group, and pow2
+    BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
+    NT: tl.constexpr, BLOCK_T: tl.constexpr,
+    FINAL: tl.constexpr, USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    """Few-channel groups (K*C > 1): vectorized over BLOCK_G groups; the dy tile [P, G, K] and
+    every tap's x tile [P, G, C] are read once (contiguous k / c runs) and their per-group outer
+    product [P, G, K, C] is reduced over the tile's positions."""
+    pid_c = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_s = tl.program_id(2)
+
+    gi = pid_c * BLOCK_G + tl.arange(0, BLOCK_G)
+    if USE_INT64:
+        gi = gi.to(tl.int64)
+    kk = tl.arange(0, KP)
+    cc = tl.arange(0, CP)
+    gk_mask = (gi < G)[:, None] & (kk < K)[None, :]  # [BG, KP]
+    gc_mask = (gi < G)[:, None] & (cc < C)[None, :]  # [BG, CP]
+    y_gk = gi[:, None] * ys_g + kk[None, :] * ys_k
+    x_gc = gi[:, None] * xs_g + cc[None, :] * xs_c
+
+    t0 = pid_t * NT
+    trow = tl.arange(0, BLOCK_T)
+    t4 = trow[:, None, None, None]
+
+    sid = pid_s
+    if USE_INT64:
+        sid = sid.to(tl.int64)
+    p_start = sid * chunk
+    p_end = tl.minimum(p_start + chunk, P)
+    prow = tl.arange(0, BLOCK_P)
+    if USE_INT64:
+        prow = prow.to(tl.int64)
+
+    acc = tl.zeros((BLOCK_T, BLOCK_G, KP, CP), dtype=tl.float32)
+    for p0 in range(p_start, p_end, BLOCK_P):
+        p = p0 + prow
+        pm = p < p_end
+        ow = p % Wo
+        q = p // Wo
+        oh = q % Ho
+        q = q // Ho
+        od = q % Do
+        n = q // Do
+        y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+        dyv = tl.load(dy_ptr + (y_pos[:, None, None] + y_gk[None, :, :]),
+                      mask=pm[:, None, None] & gk_mask[None, :, :], other=0.0).to(tl.float32)
+        dy4 = dyv[:, :, :, None]
+        b_d = od * s_d - pad_d
+        b_h = oh * s_h - pad_h
+        b_w = ow * s_w - pad_w
+        x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
+        for tt in tl.static_range(NT):
+            t = t0 + tt
+            tz = t // (FY * FX)
+            ty = (t // FX) % FY
+            tx = t % FX
+            i_d = b_d + tz * dil_d
+            i_h = b_h + ty * dil_h
+            i_w = b_w + tx * dil_w
+            lim_w = tl.where(t < TAPS, Wi, 0)
+            xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
+            x_tap = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+            xv = tl.load(x_ptr + ((x_pos + x_tap)[:, None, None] + x_gc[None, :, :]),
+                         mask=xm[:, None, None] & gc_mask[None, :, :], other=0.0).to(tl.float32)
+            part = tl.sum(dy4 * xv[:, :, None, :], axis=0)  # [BG, KP, CP]
+            acc = tl.where(t4 == tt, acc + part[None, :, :, :], acc)
+
+    t = t0 + trow
+    tmask = (trow < NT) & (t < TAPS)
+    g4 = gi[None, :, None, None]
+    k4 = kk[None, None, :, None]
+    c4 = cc[None, None, None, :]
+    mask = tmask[:, None, None, None] & (g4 < G) & (k4 < K) & (c4 < C)
+    if FINAL:
+        tz = t // (FY * FX)
+        ty = (t // FX) % FY
+        tx = t % FX
+        w_tap = (tz * ws_z + ty * ws_y + tx * ws_x)[:, None, None, None]
+        offs = w_tap + g4 * ws_g + k4 * ws_k + c4 * ws_c
+        acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                             OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        GKC = G * (K * C)
+        offs = sid * (TAPS * GKC) + t[:, None, None, None] * GKC + g4 * (K * C) + k4 * C + c4
+        tl.store(ws_ptr + offs, acc, mask=mask)
+
+
+@triton.jit
 def _dw_finalize_kernel(
     ws_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
@@ -262,16 +369,35 @@ def launch_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> None:
     ds = epilogue_args(tuple(args.ds), out)
     user_fn = user_fn_or_noop(args.user_fn)
     op, nds = args.fused.code, len(args.ds)
-    grid = (triton.cdiv(gkc, block_ch), triton.cdiv(taps, nt), split)
-    _dw_direct_kernel[grid](
-        x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
-        gkc, geo.K * geo.C, geo.C, P, chunk,
-        *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
-        *geo.stride3, *geo.dil3, *geo.pad3,
-        *geo.x_strides, *geo.w_strides, *geo.y_strides,
-        BLOCK_P=block_p, BLOCK_CH=block_ch, NT=nt, BLOCK_T=triton.next_power_of_2(nt),
-        FINAL=final, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn, num_warps=num_warps,
-    )
+    kc = geo.K * geo.C
+    if kc > 1:
+        # few-channel groups: block_ch flattened (g, k, c) channels = block_g whole groups
+        kp, cp = triton.next_power_of_2(geo.K), triton.next_power_of_2(geo.C)
+        block_g = max(1, block_ch // (kp * cp))
+        grid = (triton.cdiv(geo.G, block_g), triton.cdiv(taps, nt), split)
+        _dw_grouped_kernel[grid](
+            x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
+            geo.G, P, chunk,
+            *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
+            *geo.stride3, *geo.dil3, *geo.pad3,
+            *geo.x_strides, *geo.w_strides, *geo.y_strides,
+            K=geo.K, C=geo.C, KP=kp, CP=cp, BLOCK_P=block_p, BLOCK_G=block_g,
+            NT=nt, BLOCK_T=triton.next_power_of_2(nt),
+            FINAL=final, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn,
+            num_warps=num_warps,
+        )
+    else:  # depthwise (C = K = 1): the flattened channel is g, contiguous rows
+        grid = (triton.cdiv(gkc, block_ch), triton.cdiv(taps, nt), split)
+        _dw_direct_kernel[grid](
+            x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
+            gkc, kc, geo.C, P, chunk,
+            *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
+            *geo.stride3, *geo.dil3, *geo.pad3,
+            *geo.x_strides, *geo.w_strides, *geo.y_strides,
+            BLOCK_P=block_p, BLOCK_CH=block_ch, NT=nt, BLOCK_T=triton.next_power_of_2(nt),
+            FINAL=final, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn,
+            num_warps=num_warps,
+        )
     if not final:
         _dw_finalize_kernel[(triton.cdiv(total, _FINALIZE_BLOCK),)](
             ws, out, *ds, float(args.alpha), float(args.beta),
