@@ -335,7 +335,12 @@ def auto_split(params: ConvParams, block_p: int, block_ch: int, num_warps: int, 
     least two position tiles long."""
     taps = math.prod(params.filter)
     gkc = params.G * params.K * params.C
-    base = triton.cdiv(gkc, block_ch) * triton.cdiv(taps, _taps_per_program(taps, block_ch, num_warps))
+    if params.K * params.C > 1:  # whole groups per program (K, C padded to powers of two)
+        per = max(1, block_ch // (triton.next_power_of_2(params.K) * triton.next_power_of_2(params.C)))
+        cblocks = triton.cdiv(params.G, per)
+    else:
+        cblocks = triton.cdiv(gkc, block_ch)
+    base = cblocks * triton.cdiv(taps, _taps_per_program(taps, block_ch, num_warps))
     P = params.N * math.prod(params.output)
     min_chunk = max(2 * block_p,
                     math.ceil(64 * taps * params.K * params.C / ((params.C + params.K) * elem_bytes)))
