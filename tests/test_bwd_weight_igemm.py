@@ -1,6 +1,7 @@
 """conv_bwd_weight implicit-GEMM families (igemm, splitk_atomic, splitk_reduce, two_stage) in the
 Triton interpreter against the float64 reference: layouts x ndim, dtypes, split factors, determinism,
-geometry, fused ops, the 1x1 spec, declines and config checks. Tiny shapes: the file runs in well
+blocked-summation chunk boundaries and accuracy, geometry, fused ops, the 1x1 spec, declines and config
+checks. Tiny shapes: the file runs in well
 under 150 s on a 2-core CPU."""
 
 import os
@@ -180,6 +181,73 @@ def test_auto_split_k():
     assert bw.sm_count(torch.device("cpu")) == 132
     # the launch resolves split_k = 0 itself
     _check("splitk_atomic", p, "nhwgc", "fp32", cfg=_cfg("splitk_atomic", split_k=0))
+
+
+# ------------------------------------------------------------------------------------------------
+# blocked (two-level) summation: inner sums of chunk_iters() iterations folded into an outer one
+# ------------------------------------------------------------------------------------------------
+def test_chunk_iters_default():
+    assert bw._CHUNK_ITERS == 0  # the test hook is off in production
+    for bk in (16, 32, 64, 128, 256):
+        n = bw.chunk_iters(bk)
+        assert n * bk <= bw.CHUNK_ELEMS and 64 <= n <= 1024  # bounded inner sums, long pipelined runs
+
+
+@pytest.mark.parametrize("chunk,family,split,layout,dtype", [
+    (2, "igemm", 1, "gnhwc", "fp32"),  # 7 iterations: 2+2+2+1
+    (2, "splitk_atomic", 2, "nhwgc", "bf16_fp32w"),  # splits of 4 and 3: (2+2) and (2+1)
+    (2, "splitk_reduce", 3, "gnhwc", "fp16"),  # splits of 3, 3, 1: (2+1), (2+1), (1)
+    (3, "two_stage", 2, "ngchw", "fp32"),  # (3+1) and (3)
+    (1, "splitk_reduce", 7, "nhwgc", "fp32"),  # one iteration per split and per chunk
+])
+def test_chunk_boundaries(monkeypatch, chunk, family, split, layout, dtype):
+    monkeypatch.setattr(bw, "_CHUNK_ITERS", chunk)
+    _check(family, _SPLIT_P, layout, dtype, cfg=_cfg(family, split_k=split))
+
+
+def test_chunk_boundaries_1x1_and_int64(monkeypatch):
+    monkeypatch.setattr(bw, "_CHUNK_ITERS", 2)
+    p = _p(2, G=2, N=2, K=5, C=3, f=(1, 1), i=(5, 7))  # R = 70: 5 iterations
+    _check("splitk_atomic", p, "ngchw", "fp32", cfg=_cfg("splitk_atomic", spec="1x1s1p0", split_k=2))
+    monkeypatch.setattr(bw, "_FORCE_INT64", True)
+    _check("two_stage", _SPLIT_P, "nhwgc", "fp32", cfg=_cfg("two_stage", split_k=3))
+
+
+@pytest.mark.parametrize("family", ["splitk_reduce", "two_stage"])
+def test_chunked_deterministic_bitwise(monkeypatch, family):
+    monkeypatch.setattr(bw, "_CHUNK_ITERS", 2)
+    cfg = _cfg(family, split_k=2)
+    first, _, err, tol = _run(family, _SPLIT_P, "nhwgc", "fp32", cfg=cfg, seed=5)
+    assert err <= tol
+    again, _, _, _ = _run(family, _SPLIT_P, "nhwgc", "fp32", cfg=cfg, seed=5)
+    assert torch.equal(first.view(torch.int32), again.view(torch.int32))
+
+
+@pytest.mark.skipif(not algorithms.interpreting(), reason="interpreter-only fp8 emulation check")
+def test_chunk_boundaries_fp8_in_interpreter(monkeypatch):
+    monkeypatch.setattr(bw, "_FP8_IN_INTERPRETER", True)
+    monkeypatch.setattr(bw, "_CHUNK_ITERS", 2)
+    p = _p(2, G=1, N=2, K=6, C=5, f=(3, 3), i=(6, 6), lp=(1, 1), rp=(1, 1))  # 72 rows: 3 iterations
+    _check("igemm", p, "nhwgc", "fp16_fp8", cfg=_cfg("igemm", block_k=32))
+
+
+def test_blocked_sum_beats_plain_sum(monkeypatch):
+    # adversarial long reduction: 512 block_k=16 iterations of all-positive products, so the plain
+    # accumulator grows ~512x the partials it keeps adding; blocked (chunks of 32) keeps both levels
+    # short. fp32 ieee, one 16x16 tile; the error ratio is ~5x in the interpreter.
+    iters = 512
+    p = _p(1, G=1, N=1, K=16, C=16, f=(1,), i=(16 * iters,))
+    lt = layout_for("nhwgc", 1)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(lt.shape("input", p), generator=gen).to(DEVICE)
+    dy = torch.rand(lt.shape("output", p), generator=gen).to(DEVICE)
+    cfg = _cfg("igemm", spec="1x1s1p0")
+    errs = {}
+    for mode, chunk in (("plain", 1 << 20), ("blocked", 32)):
+        monkeypatch.setattr(bw, "_CHUNK_ITERS", chunk)
+        errs[mode] = _run("igemm", p, lt, "fp32", cfg=cfg, tensors=(x, dy, ()))[2]
+    assert errs["plain"] > 1e-7, errs  # the plain sum really loses bits here
+    assert errs["blocked"] * 3 < errs["plain"], errs
 
 
 # ------------------------------------------------------------------------------------------------

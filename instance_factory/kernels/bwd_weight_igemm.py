@@ -34,6 +34,18 @@ The reduction is split in whole block_k iterations: split s owns iterations
 contributes an exact zero, so no remainder is ever dropped. ``split_k = 0`` means automatic
 (:func:`choose_split_k`).
 
+Accuracy of long reductions: each program sums its iterations in two levels. An inner fp32
+accumulator takes the MMA partials of at most CHUNK_ELEMS reduction elements (a nested loop of
+:func:`chunk_iters` iterations, which Triton software-pipelines as before), and is added to the
+outer fp32 accumulator at each chunk boundary. A single accumulator over N*prod(out) = 2.8e8
+elements lost 8% on an H200 with split 4 (0.5% with split 64): far more than round-to-nearest
+would, consistent with the tensor cores' truncating accumulation shrinking a sum over ~1e6 sequential
+MMA adds. The blocked sum bounds the sequential adds per accumulator to ~1e3 (inner, in MMA k=16
+steps) and R / (split * CHUNK_ELEMS) (outer, round-to-nearest fp32 adds).
+Chunks start at each split's first iteration and the order is fixed, so the deterministic modes
+stay bitwise reproducible. The finalize pass adds one slice per split (at most MAX_AUTO_SPLIT = 64
+with the automatic split) and is left a plain sum.
+
 ``spec = "1x1s1p0"`` is a plain GEMM for 1x1 filters with stride 1 and no padding: the reduction
 index maps to x and dy through (n, flat spatial position), or through one linear stride when n and
 the spatial axes are adjacent (NHWGC, GNHWC), with no bounds masks beyond the GEMM edges.
@@ -65,6 +77,7 @@ __all__ = [
     "SPECS",
     "check_config",
     "choose_split_k",
+    "chunk_iters",
     "decline",
     "launch",
     "sm_count",
@@ -82,6 +95,11 @@ MAX_AUTO_SPLIT = 64
 WORKSPACE_CAP_BYTES = 2 << 30  # auto split keeps the fp32 slices of reduce modes under this
 FINALIZE_BLOCK = 1024
 DEFAULT_SM_COUNT = 132  # H100 SXM / H200
+# Blocked summation of the reduction: an inner fp32 accumulator sums at most this many reduction
+# elements (CHUNK_ELEMS // block_k iterations of the pipelined MMA loop) before it is folded into the
+# outer one. 16384 elements = 1024 k=16 MMA steps per inner sum (relative loss ~1e-4 even with
+# Hopper's truncating tensor-core accumulation), 256 iterations at block_k=64.
+CHUNK_ELEMS = 16384
 
 # GEMM store modes
 _MODE_FUSED = 0  # epilogue + final dtype straight from the accumulator
@@ -92,6 +110,17 @@ _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 # fp8 path in the interpreter (which emulates fp8 dot) to check its scaling math on CPU.
 _FORCE_INT64 = False
 _FP8_IN_INTERPRETER = False
+# test hook: block_k iterations per inner sum (0 = CHUNK_ELEMS // block_k). Tiny values cross many
+# chunk boundaries on small problems; a huge one (>= the iterations of a split) is the plain,
+# single-accumulator summation.
+_CHUNK_ITERS = 0
+
+
+def chunk_iters(block_k: int) -> int:
+    """block_k iterations per inner (chunk) sum of the GEMM's two-level reduction."""
+    if _CHUNK_ITERS:
+        return int(_CHUNK_ITERS)
+    return max(1, CHUNK_ELEMS // block_k)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -125,6 +154,7 @@ def _bwd_weight_gemm_kernel(
     ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,
     R, P, ITERS_PER_SPLIT, TOTAL_ITERS, W_NUMEL,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    CHUNK_ITERS: tl.constexpr,
     MODE: tl.constexpr, FLAT_TAPS: tl.constexpr, SPEC_1X1: tl.constexpr, FLAT_R: tl.constexpr,
     INT64: tl.constexpr, UPCAST_F32: tl.constexpr, FP8: tl.constexpr, FP8_PREROUND: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
@@ -195,69 +225,78 @@ def _bwd_weight_gemm_kernel(
     dy_base = dy_ptr + g * ys_g
     dy_row = offs_m * ys_k
 
+    # Two-level (blocked) summation: ``part`` sums at most CHUNK_ITERS block_k iterations (the
+    # pipelined MMA loop), then folds into ``acc`` with one fp32 add per chunk. A single fp32
+    # accumulator fed ~1e6 partial dots loses accuracy (on Hopper the tensor cores appear to add into
+    # it with truncation: a systematic shrink of ~ MMA steps * 2**-24 relative). The fold is a plain
+    # fp32 add; the inner loop has no branches, so it pipelines exactly like a flat loop.
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(it_start, it_end):
-        r = it * BLOCK_K + offs_kk
-        if INT64:
-            r = r.to(tl.int64)
-        mask_r = r < R
-        if SPEC_1X1:
-            if FLAT_R:
-                dy_r = r * ys_w
-                x_r = r * xs_w
-            else:
-                p = r % P
-                n = r // P
-                dy_r = n * ys_n + p * ys_w
-                x_r = n * xs_n + p * xs_w
-            b_mask = mask_r[:, None] & mask_n[None, :]
-            b_offs = x_r[:, None] + x_col[None, :]
-        else:
-            ow = r % Wo
-            t = r // Wo
-            oh = t % Ho
-            t = t // Ho
-            od = t % Do
-            n = t // Do
-            dy_r = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-            if FLAT_TAPS:
-                id_ = (od * sd)[:, None] + cz[None, :]
-                ih = (oh * sh)[:, None] + cy[None, :]
-                iw = (ow * sw)[:, None] + cx[None, :]
-                b_mask = (mask_r[:, None] & mask_n[None, :]
-                          & (id_ >= 0) & (id_ < Di) & (ih >= 0) & (ih < Hi) & (iw >= 0) & (iw < Wi))
-                b_offs = (n * xs_n)[:, None] + id_ * xs_d + ih * xs_h + iw * xs_w + x_col[None, :]
-            else:
-                id_ = od * sd + tzd
-                ih = oh * sh + tyd
-                iw = ow * sw + txd
-                row_ok = (mask_r & (id_ >= 0) & (id_ < Di) & (ih >= 0) & (ih < Hi)
-                          & (iw >= 0) & (iw < Wi))
-                x_r = n * xs_n + id_ * xs_d + ih * xs_h + iw * xs_w
-                b_mask = row_ok[:, None] & mask_n[None, :]
+    for c0 in range(it_start, it_end, CHUNK_ITERS):
+        c1 = tl.minimum(c0 + CHUNK_ITERS, it_end)
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for it in range(c0, c1):
+            r = it * BLOCK_K + offs_kk
+            if INT64:
+                r = r.to(tl.int64)
+            mask_r = r < R
+            if SPEC_1X1:
+                if FLAT_R:
+                    dy_r = r * ys_w
+                    x_r = r * xs_w
+                else:
+                    p = r % P
+                    n = r // P
+                    dy_r = n * ys_n + p * ys_w
+                    x_r = n * xs_n + p * xs_w
+                b_mask = mask_r[:, None] & mask_n[None, :]
                 b_offs = x_r[:, None] + x_col[None, :]
-        a = tl.load(dy_base + dy_row[:, None] + dy_r[None, :],
-                    mask=mask_m[:, None] & mask_r[None, :], other=0.0)
-        b = tl.load(x_base + b_offs, mask=b_mask, other=0.0)
-        if FP8:
-            a32 = a.to(tl.float32)
-            b32 = b.to(tl.float32)
-            sa = _pow2_scale(tl.max(tl.abs(a32), axis=1))  # per row of dy (per k)
-            sb = _pow2_scale(tl.max(tl.abs(b32), axis=0))  # per column of x (per c)
-            a32 = a32 * sa[:, None]
-            b32 = b32 * sb[None, :]
-            if FP8_PREROUND:
-                a32 = _round_to_e4m3_grid(a32)
-                b32 = _round_to_e4m3_grid(b32)
-            a8 = a32.to(tl.float8e4nv)
-            b8 = b32.to(tl.float8e4nv)
-            part = tl.dot(a8, b8, out_dtype=tl.float32)
-            acc += part * ((1.0 / sa)[:, None] * (1.0 / sb)[None, :])
-        else:
-            if UPCAST_F32:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc=acc, input_precision=INPUT_PRECISION, out_dtype=tl.float32)
+            else:
+                ow = r % Wo
+                t = r // Wo
+                oh = t % Ho
+                t = t // Ho
+                od = t % Do
+                n = t // Do
+                dy_r = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+                if FLAT_TAPS:
+                    id_ = (od * sd)[:, None] + cz[None, :]
+                    ih = (oh * sh)[:, None] + cy[None, :]
+                    iw = (ow * sw)[:, None] + cx[None, :]
+                    b_mask = (mask_r[:, None] & mask_n[None, :]
+                              & (id_ >= 0) & (id_ < Di) & (ih >= 0) & (ih < Hi) & (iw >= 0) & (iw < Wi))
+                    b_offs = (n * xs_n)[:, None] + id_ * xs_d + ih * xs_h + iw * xs_w + x_col[None, :]
+                else:
+                    id_ = od * sd + tzd
+                    ih = oh * sh + tyd
+                    iw = ow * sw + txd
+                    row_ok = (mask_r & (id_ >= 0) & (id_ < Di) & (ih >= 0) & (ih < Hi)
+                              & (iw >= 0) & (iw < Wi))
+                    x_r = n * xs_n + id_ * xs_d + ih * xs_h + iw * xs_w
+                    b_mask = row_ok[:, None] & mask_n[None, :]
+                    b_offs = x_r[:, None] + x_col[None, :]
+            a = tl.load(dy_base + dy_row[:, None] + dy_r[None, :],
+                        mask=mask_m[:, None] & mask_r[None, :], other=0.0)
+            b = tl.load(x_base + b_offs, mask=b_mask, other=0.0)
+            if FP8:
+                a32 = a.to(tl.float32)
+                b32 = b.to(tl.float32)
+                sa = _pow2_scale(tl.max(tl.abs(a32), axis=1))  # per row of dy (per k)
+                sb = _pow2_scale(tl.max(tl.abs(b32), axis=0))  # per column of x (per c)
+                a32 = a32 * sa[:, None]
+                b32 = b32 * sb[None, :]
+                if FP8_PREROUND:
+                    a32 = _round_to_e4m3_grid(a32)
+                    b32 = _round_to_e4m3_grid(b32)
+                a8 = a32.to(tl.float8e4nv)
+                b8 = b32.to(tl.float8e4nv)
+                dot8 = tl.dot(a8, b8, out_dtype=tl.float32)
+                part += dot8 * ((1.0 / sa)[:, None] * (1.0 / sb)[None, :])
+            else:
+                if UPCAST_F32:
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                part = tl.dot(a, b, acc=part, input_precision=INPUT_PRECISION, out_dtype=tl.float32)
+        acc += part
 
     w_offs = g * ws_g + offs_m[:, None] * ws_k + w_col[None, :]
     w_mask = mask_m[:, None] & mask_n[None, :]
@@ -517,6 +556,7 @@ def launch(args: RunArgs, family: str = "splitk_reduce") -> None:
         *geo.x_strides, *geo.w_strides, *geo.y_strides,
         R, P, iters_per_split, total_iters, geo.w_numel,
         BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"],
+        CHUNK_ITERS=chunk_iters(cfg["block_k"]),
         MODE=mode, FLAT_TAPS=flat_taps, SPEC_1X1=spec_1x1, FLAT_R=flat_r,
         INT64=int64, UPCAST_F32=upcast, FP8=fp8, FP8_PREROUND=fp8 and interpreting(),
         INPUT_PRECISION=precision,
