@@ -122,7 +122,7 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99) -> list
     return rows
 
 
-def bench(out_dir: Path, log, ops: tuple[str, ...]) -> list[dict]:
+def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()) -> list[dict]:
     import triton.testing
 
     from instance_factory.ops import make_problem_tensors, prepare
@@ -144,7 +144,7 @@ def bench(out_dir: Path, log, ops: tuple[str, ...]) -> list[dict]:
     for label, op, p, dt, fo in seeds:
         if time.time() > DEADLINE[0]:
             break
-        if op not in ops:
+        if op not in ops or (labels and label not in labels):
             continue
         nds = 1 if fo == "add" else 0
         t = make_problem_tensors(op, p, layout, dt, nds, "cuda", seed=1)
@@ -288,6 +288,7 @@ def main() -> int:
     ap.add_argument("--ck-large", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--per-case", type=int, default=2)
+    ap.add_argument("--labels", help="comma-separated bench labels to run (default all)")
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--overhead", action="store_true")
@@ -313,7 +314,7 @@ def main() -> int:
         fams = set(ns.families.split(",")) if ns.families else None
         for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(fams)),
                                   (ns.ck, "ck", lambda: ck_cases(ns.ck_large, ns.ck_one_dtype)),
-                                  (ns.fp8, "fp8", fp8_cases), (ns.large, "large", large_cases)):
+                                  (ns.fp8, "fp8", fp8_cases), (ns.large, "large", lambda: [c for c in large_cases() if c.op in ns.ops])):
             if not flag:
                 continue
             t0 = time.time()
@@ -328,7 +329,7 @@ def main() -> int:
         if ns.overhead:
             summary += host_overhead(log)
         if ns.bench:
-            rows = bench(out, log, tuple(ns.ops.split(",")))
+            rows = bench(out, log, tuple(ns.ops.split(",")), tuple(ns.labels.split(",")) if ns.labels else ())
             summary.append("bench (ms ours / ms cuDNN -> ratio > 1 means faster than cuDNN):")
             for r in rows:
                 summary.append(f"  {r['bench']:14s} {r['op'][5:]:12s} {r['dtype']:10s} ours {r['ms']:.4f} ms "
