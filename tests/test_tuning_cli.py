@@ -43,9 +43,11 @@ def test_tune_lookup_db_merge_bench(tiers, tmp_path, capsys):
     rc = main(["tune", "--problem", KEY, "--max-instances", "2", "--cpu-reps", "1", "--no-cudnn",
                "--db", str(shard), "--quiet", "--summary", str(tmp_path / "summary.md")])
     out = capsys.readouterr().out
-    assert rc == 0 and "measured 2 instances (2 ok, 0 failed)" in out and "instances/min" in out
+    assert rc == 0 and "measured 2 instances (2 ok, 0 pruned, 0 failed)" in out and "instances/min" in out
+    assert "benchmarked/min" in out and "stopped at the deadline" not in out
     assert "| problem | pass | dtype | best instance | ms | TFLOP/s | cuDNN ms | speedup |" in out
-    assert (tmp_path / "summary.md").read_text().startswith("### ")
+    md = (tmp_path / "summary.md").read_text()
+    assert md.startswith("### Sweep on cpu") and "instances/min" in md and "| problem | pass |" in md
     assert len(read_db(shard)) == 2
 
     rc = main(["tune", "--problem", KEY, "--max-instances", "2", "--db", str(shard), "--quiet", "--no-summary"])
@@ -84,3 +86,16 @@ def test_extract_wav2vec2_to_yaml(tmp_path, capsys):
 
     probs = expand_problem_set(str(out))
     assert len({p.params for p in probs}) == 8 and all(p.params.N == 2 for p in probs)
+
+
+def test_tune_max_minutes_stops_cleanly_and_a_rerun_resumes(tiers, tmp_path, capsys):
+    db, md = tmp_path / "d.csv", tmp_path / "s.md"
+    args = ["tune", "--problem", KEY, "--max-instances", "2", "--cpu-reps", "1", "--no-cudnn", "--db", str(db),
+            "--quiet", "--no-summary", "--summary", str(md)]
+    assert main(args + ["--max-minutes", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "measured 0 instances" in out and "stopped at the deadline (--max-minutes)" in out
+    assert not db.exists() and "stopped at the deadline" in md.read_text()  # nothing half-written
+    assert main(args + ["--max-minutes", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "measured 2 instances" in out and "stopped at the deadline" not in out and len(read_db(db)) == 2

@@ -35,3 +35,24 @@ def test_tune_on_gpu(tmp_path, op):
         winner = ok.sort_values("median_ms").instance.iloc[0]
         got = L.lookup(op, p, layout=LAYOUT, dtype=torch.bfloat16, device=torch.device("cuda"))
         assert got.name == winner
+
+
+def test_depthwise_prunes_tensor_core_tiles_and_compiles_ahead_in_processes(tmp_path):
+    """Depthwise (C = K = 1): igemm tiles are 100x slower than ``direct`` and must not reach do_bench;
+    kernels are compiled ahead by worker processes (compile-only) and loaded here."""
+    p = ConvParams(2, 64, 32, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    pr = Problem("conv_bwd_data", p, LAYOUT, "bf16")
+    run, _ = T.candidates_for(pr)
+    direct = [i.name for i in run if i.algorithm == "direct"][:2]
+    igemm = [i.name for i in run if i.algorithm == "igemm"][-3:]  # the largest tiles
+    with isolated_tiers(tmp_path) as (user, _):
+        res = T.tune(pr, instances=direct + igemm, progress=False, compile_mode="process", compile_workers=2)
+        rows = {r["instance"]: r for r in res}
+        assert all(rows[n]["status"] == "ok" for n in direct), [rows[n]["reason"] for n in direct]
+        assert all(rows[n]["status"] == "pruned" for n in igemm), [rows[n]["reason"] for n in igemm]
+        assert all(rows[n]["timing"] == T.PRUNED_TIMING for n in igemm)
+        assert res.stats.get("precompiled", 0) == 5 and not res.stopped_early
+        assert read_db(user / f"{T.current_device().kind}.csv").status.value_counts().to_dict() == \
+            {"ok": 2, "pruned": 3}
+        got = L.lookup("conv_bwd_data", p, layout=LAYOUT, dtype=torch.bfloat16, device=torch.device("cuda"))
+        assert got.name in direct

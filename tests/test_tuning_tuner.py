@@ -203,7 +203,7 @@ def test_gpu_pipeline_simulated_on_cpu(tiers, monkeypatch):
     monkeypatch.setattr(T, "_time_gpu", fake_gpu_timer)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    opts = T.TuneOptions(compile_workers=2, quick_rep_ms=3, rep_ms=7, refine_top=1, cudnn=False)
+    opts = T.TuneOptions(compile_workers=2, quick_rep_ms=3, rep_ms=7, refine_top=1, cudnn=False, prune=False)
     rows = {r["instance"]: r for r in T.tune(pr, instances=[oom.name, bad_build.name] + [g.name for g in good],
                                              options=opts, progress=False)}
     assert rows[oom.name]["status"] == "oom" and "shared memory" in rows[oom.name]["reason"]
@@ -235,3 +235,191 @@ def test_gpu_pipeline_fatal_error_while_compiling_in_parallel(tiers, monkeypatch
         T.tune(pr, instances=[bad.name], compile_workers=1, progress=False, cudnn=False)
     df = read_db(tiers.path)
     assert list(df.instance) == [bad.name] and df.status[0] == "failed"
+
+
+# ----------------------------------------------------------------------------------------------
+# candidate order, pruning, deadline, compiling ahead
+# ----------------------------------------------------------------------------------------------
+def test_order_candidates_puts_likely_fast_ones_first():
+    depthwise = Problem("conv_bwd_data", ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1),
+                                                    (1, 1), (1, 1)), LAYOUT, "bf16")
+    run, _ = get_registry().candidates(depthwise.op, depthwise.params, LAYOUT, "bf16", "passthrough")
+    order = T.order_candidates(depthwise, run)
+    n_direct = sum(i.algorithm == "direct" for i in run)
+    assert 0 < n_direct < len(run) and sorted(i.name for i in order) == sorted(i.name for i in run)
+    assert {i.algorithm for i in order[:n_direct]} == {"direct"}  # C = K = 1: direct first
+    tc = order[n_direct:]  # then the tensor-core tiles, smallest padding waste (block_n vs C = 1) first
+    assert tc[0].cfg["block_n"] == min(i.cfg["block_n"] for i in tc)
+
+    dense = Problem("conv_bwd_weight", ConvParams(2, 1, 128, 64, 64, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1),
+                                                  (1, 1)), LAYOUT, "bf16")
+    run, _ = get_registry().candidates(dense.op, dense.params, LAYOUT, "bf16", "passthrough")
+    order = T.order_candidates(dense, run)
+    assert order[0].algorithm != "direct" and order[0].cfg["block_m"] <= 64  # K = 64: no 128-row tiles first
+    few = Problem("conv_bwd_weight", ConvParams(2, 32, 128, 4, 4, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1),
+                                                (1, 1)), LAYOUT, "bf16")
+    run, _ = get_registry().candidates(few.op, few.params, LAYOUT, "bf16", "passthrough")
+    assert T.order_candidates(few, run)[0].algorithm == "direct"  # ResNeXt 32x4d: direct first
+
+
+def _simulate_gpu(monkeypatch, pr):
+    """The GPU pipeline on CPU tensors: every family's launch replaced by a correct torch stand-in
+    (fast, thread-safe), CUDA context calls stubbed; returns the candidates in tuning order."""
+    import contextlib
+
+    from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight
+
+    run, _ = get_registry().candidates(pr.op, pr.params, LAYOUT, pr.dtype, "passthrough")
+    ref = ref_conv_bwd_data if pr.op == "conv_bwd_data" else ref_conv_bwd_weight
+
+    def torch_launch(args):
+        args.out.copy_(ref(args.a, args.b, args.params, args.layout.name))
+
+    for i in run:
+        assert i.kernel_hash
+    for alg in {i.algorithm for i in run}:
+        key = (pr.op, alg)
+        monkeypatch.setitem(ALGORITHMS, key, dataclasses.replace(ALGORITHMS[key], launch=torch_launch))
+    monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    return T.order_candidates(pr, run)
+
+
+def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win(tiers, monkeypatch):
+    from instance_factory.tuning._testing import synthetic_row
+    from instance_factory.tuning.database import _frame, best_per_problem, keep_best
+
+    pr = Problem("conv_bwd_weight", P, LAYOUT, "fp16", name="tiny")
+    fast, fast2, slow, hopeless, other, late = _simulate_gpu(monkeypatch, pr)[:6]
+    first_run = {fast.name: 1.0, fast2.name: 1.1, slow.name: 9.0, hopeless.name: 500.0, late.name: 20.0}
+    one_run = {fast.name: 1.0, fast2.name: 1.2, slow.name: 9.0, late.name: 20.0}  # slow: > 5 x 1.0
+    seen = []
+
+    def fake_single(fn, case, inst, stage):
+        fn()
+        seen.append((inst.name, stage))
+        return (first_run if stage == "warm-up" else one_run)[inst.name]
+
+    bench = []
+
+    def fake_do_bench(fn, warmup_ms, rep_ms):  # fast, fast2 (quick), then the faster of them (refined)
+        bench.append(rep_ms)
+        ms = [3.0, 2.0, 1.5][len(bench) - 1]
+        return T.Timing(ms, ms, ms, 10, "do_bench (simulated)")
+
+    monkeypatch.setattr(T, "_single_run_ms", fake_single)
+    monkeypatch.setattr(T, "_time_gpu", fake_do_bench)
+    names = [fast.name, fast2.name, slow.name, hopeless.name]
+    res = T.tune(pr, instances=names, progress=False, cudnn=False, refine_top=1, quick_rep_ms=3, rep_ms=7)
+    rows = {r["instance"]: r for r in res}
+    assert [rows[n]["status"] for n in names] == ["ok", "ok", "pruned", "pruned"]
+    assert bench == [3, 3, 7]  # no do_bench for the pruned ones
+    assert (hopeless.name, "single") not in seen  # over the hard cap (50 x best): not even verified
+    assert "not verified" in rows[hopeless.name]["reason"] and rows[hopeless.name].get("rel_err") is None
+    assert "verified; single run 9 ms" in rows[slow.name]["reason"] and rows[slow.name]["rel_err"] <= 2e-3
+    df = read_db(tiers.path)
+    pruned = df[df.status == "pruned"]
+    assert set(pruned.instance) == {slow.name, hopeless.name} and (pruned.timing == T.PRUNED_TIMING).all()
+    assert sorted(pruned.median_ms) == [9.0, 500.0] and (pruned.reps == 1).all()
+    assert res.stats["pruned"] == 2 and res.stats["ok"] == 2 and not res.stopped_early
+
+    # a pruned row, however fast it claims to be, never wins: lookup, the derived best, merges
+    fake = synthetic_row(pr, other, 0.001, status="pruned", timing=T.PRUNED_TIMING)
+    TuningDB(tiers.path).add([fake])
+    assert L.lookup("conv_bwd_weight", P, layout=LAYOUT, dtype=torch.float16) is fast2
+    assert list(best_per_problem(read_db(tiers.path)).instance) == [fast2.name]
+    both = keep_best(_frame([synthetic_row(pr, fast, 5.0), synthetic_row(pr, fast, 0.001, status="pruned")]))
+    assert list(both.status) == ["ok"]
+    parts = fast2.name.split("-")  # the summary's short name: family and tile parameters
+    assert f"`{'-'.join([parts[1], *parts[5:]])}`" in summary_table(read_db(tiers.path), [pr])
+
+    # resume: pruned rows count as measured, and a new candidate is pruned against the stored best
+    assert len(T.tune(pr, instances=names, progress=False, cudnn=False)) == 0
+    (r,) = T.tune(pr, instances=names + [late.name], progress=False, cudnn=False)
+    assert r["instance"] == late.name and r["status"] == "pruned" and "best so far 1.5 ms" in r["reason"]
+
+
+def test_deadline_keeps_finished_rows_drops_untimed_ones_and_a_rerun_resumes(tiers, monkeypatch):
+    pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
+    a, b, c = _simulate_gpu(monkeypatch, pr)[:3]
+    clock = [0.0]
+    monkeypatch.setattr(T, "_now", lambda: clock[0])
+    monkeypatch.setattr(T, "_single_run_ms", lambda fn, case, inst, stage: (fn(), {a.name: 1.0}.get(inst.name, 1.1))[1])
+
+    def do_bench_then_time_is_up(fn, warmup_ms, rep_ms):
+        clock[0] = 100.0  # the deadline passes during the first do_bench
+        return T.Timing(1.0, 1.0, 1.0, 10, "do_bench (simulated)")
+
+    monkeypatch.setattr(T, "_time_gpu", do_bench_then_time_is_up)
+    names = [a.name, b.name, c.name]
+    res = T.tune(pr, instances=names, progress=False, cudnn=False, deadline=50.0)
+    assert res.stopped_early and [r["instance"] for r in res] == [a.name]  # b, c verified, never timed
+    df = read_db(tiers.path)
+    assert list(df.instance) == [a.name] and df.status[0] == "ok" and df.median_ms[0] == 1.0
+
+    clock[0] = 0.0
+    assert len(T.tune(pr, instances=names, progress=False, cudnn=False, deadline=-1.0)) == 0  # already past
+    res = T.tune(pr, instances=names, progress=False, cudnn=False)  # no deadline: the rest
+    assert sorted(r["instance"] for r in res) == sorted([b.name, c.name]) and not res.stopped_early
+    assert len(read_db(tiers.path)) == 3
+
+
+def test_sweep_max_minutes_zero_measures_nothing_and_says_so(tiers):
+    probs = [Problem("conv_bwd_data", P, LAYOUT, "fp16")]
+    res = sweep(probs, max_instances=1, progress=False, max_minutes=0, **FAST)
+    assert res.stopped_early and res.tuned == 0 and not tiers.path.exists()
+    assert "stopped at the deadline" in res.throughput_line("cpu")
+    res = sweep(probs, max_instances=1, progress=False, max_minutes=10, **FAST)
+    assert not res.stopped_early and res.tuned == 1 and res.instances_per_minute > 0
+    assert "1 ok, 0 pruned, 0 failed" in res.throughput_line() and "do_bench" in res.time_split()
+
+
+def test_compile_only_wrapper_turns_launches_into_compiles_in_flagged_threads(monkeypatch):
+    import threading
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    calls = []
+    kernel = types.SimpleNamespace(run=lambda *args, grid, warmup, **kw: calls.append((args, grid, warmup)))
+    monkeypatch.setattr(JITFunction, "__getitem__", JITFunction.__getitem__)  # restored afterwards
+    monkeypatch.setattr(T, "_PATCHED", [])
+    assert T._install_compile_only() and T._install_compile_only()  # idempotent
+
+    def launch():
+        JITFunction.__getitem__(kernel, (4,))(1, x=2)  # what kernel[(4,)](1, x=2) does
+
+    launch()
+    with T._compile_only_here(True):
+        launch()
+        other = threading.Thread(target=launch)
+        other.start()
+        other.join()  # the flag is per thread: another thread still launches
+    launch()
+    assert [c[2] for c in calls] == [False, True, False, False] and calls[1][:2] == ((1,), (4,))
+
+
+def test_compile_workers_in_processes_and_a_broken_pool_falls_back(tiers, monkeypatch):
+    pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
+    run, _ = get_registry().candidates(pr.op, P, LAYOUT, "fp16", "passthrough")
+    insts = T.order_candidates(pr, run)[:2]
+    pc = T._Precompiler(torch.device("cpu"), [(pr, insts)], T.TuneOptions(compile_workers=2))
+    try:
+        got, cut = pc.results(pr, timeout=120)
+    finally:
+        pc.close()
+    assert not cut and set(got) == {i.name for i in insts} and not pc.broken
+    assert all(v is not None and v["error"] is None and v["s"] > 0 for v in got.values()), got
+
+    class Bogus:  # the workers cannot start: every answer is None, with one warning, and no hang
+        def __str__(self):
+            return "no-such-device:0"
+
+    pc = T._Precompiler(Bogus(), [(pr, insts)], T.TuneOptions(compile_workers=1))
+    try:
+        with pytest.warns(RuntimeWarning, match="compile workers failed"):
+            got, cut = pc.results(pr, timeout=120)
+    finally:
+        pc.close()
+    assert got == {i.name: None for i in insts} and pc.broken

@@ -1,6 +1,8 @@
 """Command-line subcommands of the tuning system; ``instance_factory.cli`` calls :func:`register`.
 
     instance-factory tune resnet50 --dtype bf16 --pass data          # sweep (resumes; --force redoes)
+    instance-factory tune resnet50 --dtype bf16 --pass data --max-minutes 8.5 --summary s.md
+                                                                      # stop cleanly before a deadline
     instance-factory tune quickstart --shard 0/2 --workers 2          # shard i of n, a worker per GPU
     instance-factory tune --problem 'conv_bwd_data|NHWGC/GKYXC/NHWGK|fp16|passthrough|2d-g1-...'
     instance-factory lookup --op data --params 2d-g1-n128-k64-c64-f3x3-i56x56-s1x1-d1x1-l1x1-r1x1 \\
@@ -34,19 +36,36 @@ def _add_tune_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quick-rep-ms", type=float, help="do_bench time of the first, short timing (default 8)")
     g.add_argument("--refine-top", type=int, help="re-time this many fastest at full length (default 6; 0: all)")
     g.add_argument("--cpu-reps", type=int, help="timed runs per instance in the interpreter (default 3)")
-    g.add_argument("--compile-workers", type=int, help="threads compiling candidates (default min(16, cores))")
+    g.add_argument("--compile-workers", type=int,
+                   help="processes (or threads) compiling candidates ahead (default min(16, cores - 1))")
+    g.add_argument("--compile-mode", choices=["auto", "process", "thread"],
+                   help="compile ahead in worker processes (auto on a GPU: whole sweep, overlapping the "
+                        "measuring) or in a thread pool per problem")
+    g.add_argument("--no-prune", action="store_true",
+                   help="benchmark every verified candidate (default: skip do_bench of those whose single "
+                        "run is > max(5x the best, best + 0.05 ms); they are stored as 'pruned')")
+    g.add_argument("--max-minutes", type=float,
+                   help="start no new measurement after this many minutes; finished problems (and the "
+                        "finished part of the current one) are written, a rerun resumes. Finishing the "
+                        "candidate in progress, cuDNN and the DB write take seconds more: leave a margin")
     g.add_argument("--no-cudnn", action="store_true", help="do not time torch / cuDNN")
 
 
 def _tune_options(ns: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {}
     for name in ("instances", "max_instances", "rep_ms", "quick_rep_ms", "refine_top", "cpu_reps",
-                 "compile_workers"):
+                 "compile_workers", "compile_mode"):
         v = getattr(ns, name, None)
         if v is not None:
             kw[name] = v
     if getattr(ns, "no_cudnn", False):
         kw["cudnn"] = False
+    if getattr(ns, "no_prune", False):
+        kw["prune"] = False
+    if getattr(ns, "max_minutes", None) is not None:
+        import time
+
+        kw["deadline"] = time.time() + 60.0 * ns.max_minutes
     return kw
 
 
@@ -96,13 +115,17 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
     except FatalDeviceError as exc:
         print(f"tune: {exc}", file=sys.stderr)
         return 3
-    ok = sum(1 for r in res.rows if r.get("status") == "ok")
-    print(f"\n{len(res.problems)} problems in this shard, {res.skipped_problems} already tuned (skipped); "
-          f"measured {res.tuned} instances ({ok} ok, {res.tuned - ok} failed) in {res.seconds:.1f} s "
-          f"= {res.instances_per_minute:.1f} instances/min on {dev.name}; database {res.db}")
+    head = (f"{len(res.problems)} problems in this shard, {res.skipped_problems} already tuned (skipped); "
+            f"{res.throughput_line(dev.name)}; database {res.db}")
+    split = res.time_split()
+    print(f"\n{head}" + (f"\ntime: {split}" if split else ""))
     if res.failed_workers:
         print(f"workers {res.failed_workers} failed (their finished rows were merged); rerun to resume",
               file=sys.stderr)
+    sweep_md = f"### Sweep on {dev.name}\n\n{head}.\n" + (f"\nTime: {split}.\n" if split else "")
+    if ns.no_summary and ns.summary:
+        with open(ns.summary, "w") as f:
+            f.write(sweep_md)
     if not ns.no_summary:
         from .summary import load_valid
 
@@ -118,7 +141,7 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
         print(text)
         if ns.summary:
             with open(ns.summary, "w") as f:
-                f.write(text)
+                f.write(sweep_md + "\n" + text)
     return 1 if res.failed_workers else 0
 
 

@@ -138,10 +138,14 @@ SOFTWARE_COLS = ("triton_version", "torch_version", "package_version")
 PROBLEM_FIELDS = ("ndim", "G", "N", "K", "C", "filter", "input", "stride", "dilation", "left_pad",
                   "right_pad")
 
-#: ok: verified and timed. failed: wrong result, or an error while running. compile_error: the
-#: kernel did not build. oom: out of GPU memory or of a kernel resource (shared memory, registers).
-STATUSES = ("ok", "failed", "compile_error", "oom")
-_STATUS_RANK = {"ok": 0, "failed": 1, "oom": 2, "compile_error": 3}
+#: ok: verified and timed. pruned: ran, but one run of it was so much slower than the problem's
+#: best single run that it was not benchmarked (``median_ms`` holds that one run, ``timing`` says
+#: ``single-run (pruned)``; verified unless the reason says otherwise); never chosen: lookups, the
+#: derived best, the summary and the report read ``ok`` rows only, and a merge prefers an ``ok`` row
+#: of the same identity. failed: wrong result, or an error while running. compile_error: the kernel
+#: did not build. oom: out of GPU memory or of a kernel resource (shared memory, registers).
+STATUSES = ("ok", "pruned", "failed", "compile_error", "oom")
+_STATUS_RANK = {"ok": 0, "pruned": 1, "failed": 2, "oom": 3, "compile_error": 4}
 
 
 class DatabaseError(ValueError):

@@ -199,8 +199,9 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
         from .problems import Problem
         from .tuner import tune
 
+        # compile in threads: worker processes would re-import the caller's __main__ (spawn)
         tune([Problem(op, params, lt.name, dname, fused)], device=device, progress=False,
-             **TUNE_OPTIONS)
+             **{"compile_mode": "thread", **TUNE_OPTIONS})
         index = _get_index(dev)
         for _tier, name, row in index.ranked(key):
             inst = _get_instance(reg, name)

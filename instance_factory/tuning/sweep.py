@@ -7,10 +7,17 @@ tunes the rest. With ``workers=k > 1`` the work is split again into k parts, eac
 process on its own GPU (``CUDA_VISIBLE_DEVICES=j``) writing its own shard file next to the target;
 the shards are merged into the target (best row per identity) when the workers finish, and also
 when some of them fail, so nothing measured is lost.
+
+``max_minutes`` sets a deadline (from the call): no new problem, candidate or timing starts after it,
+what is finished is written (after every problem, as always), and the result says
+``stopped_early``; rerunning the same sweep resumes. ``SweepResult`` reports the throughput
+(instances measured per minute, and how many of them were benchmarked with do_bench, pruned after
+one run, or failed) and where the time went (``stats``; single process only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import sys
@@ -36,10 +43,56 @@ class SweepResult:
     db: str = ""
     seconds: float = 0.0
     failed_workers: list[int] = field(default_factory=list)
+    stopped_early: bool = False  # the deadline (max_minutes) stopped it: rerun to resume
+    stats: dict = field(default_factory=dict)  # seconds per phase, summed (single process only)
+
+    def count(self, *statuses: str) -> int:
+        return sum(1 for r in self.rows if r.get("status") in statuses)
+
+    @property
+    def ok(self) -> int:
+        """Instances benchmarked with do_bench (interpreter: timed) and stored as ``ok``."""
+        return self.count("ok")
+
+    @property
+    def pruned(self) -> int:
+        return self.count("pruned")
+
+    @property
+    def failed(self) -> int:
+        return self.tuned - self.ok - self.pruned
 
     @property
     def instances_per_minute(self) -> float:
+        """Instances measured (verified, and benchmarked or pruned or failed) per minute of the sweep."""
         return self.tuned / (self.seconds / 60.0) if self.seconds > 0 else 0.0
+
+    @property
+    def benchmarked_per_minute(self) -> float:
+        """Instances fully benchmarked (``ok`` rows) per minute of the sweep."""
+        return self.ok / (self.seconds / 60.0) if self.seconds > 0 else 0.0
+
+    def throughput_line(self, device: str = "") -> str:
+        """One line: what was measured, how fast, and whether the deadline stopped it."""
+        on = f" on {device}" if device else ""
+        line = (f"measured {self.tuned} instances ({self.ok} ok, {self.pruned} pruned, {self.failed} failed) "
+                f"in {self.seconds:.1f} s = {self.instances_per_minute:.1f} instances/min "
+                f"({self.benchmarked_per_minute:.1f} benchmarked/min){on}")
+        if self.stopped_early:
+            line += "; stopped at the deadline (--max-minutes): rerun the same command to resume"
+        return line
+
+    def time_split(self) -> str:
+        """Where the time went, e.g. ``compile wait 12.0 s, verify+single runs 30.1 s, ...``."""
+        names = (("pool_start_s", "compile pool start"), ("setup_s", "operands+reference"),
+                 ("compile_s", "compile wait"), ("load_s", "kernel load/inline compile"),
+                 ("verify_s", "verify+single runs"), ("bench_s", "do_bench"),
+                 ("cudnn_s", "cuDNN"), ("db_write_s", "DB writes"))
+        parts = [f"{label} {self.stats[k]:.1f} s" for k, label in names if self.stats.get(k)]
+        if self.stats.get("precompiled"):
+            parts.append(f"{int(self.stats['precompiled'])} kernels compiled ahead "
+                         f"({self.stats.get('compile_cpu_s', 0.0):.0f} worker-s)")
+        return ", ".join(parts)
 
 
 def local_gpu_count() -> int:
@@ -57,13 +110,19 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
           layout: str | Sequence[str] = "nhwgc", shard: tuple[int, int] | str | None = None,
           force: bool = False, db: Any = None, *, fused_op: str = "passthrough", workers: int | None = 1,
           device: Any = None, options: TuneOptions | None = None, progress: bool = True,
-          **option_kw: Any) -> SweepResult:
+          max_minutes: float | None = None, **option_kw: Any) -> SweepResult:
     """Tune a problem set (name, YAML path, loaded dict, or list of Problems); see the module doc.
 
     ``workers``: processes, one per GPU (None: every local GPU; 1: this process, on ``device``).
+    ``max_minutes``: stop starting new work this many minutes after the call (an earlier
+    ``deadline`` option wins).
     """
     t0 = time.monotonic()
     opts = TuneOptions.make(options, **option_kw)
+    if max_minutes is not None:
+        deadline = time.time() + 60.0 * max_minutes
+        if opts.deadline is None or deadline < opts.deadline:
+            opts = dataclasses.replace(opts, deadline=deadline)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     mine = {p.key for p in shard_split(problems, parse_shard(shard))}
     problems = [p for p in problems if p.key in mine]  # this shard's, in the set's order
@@ -79,9 +138,14 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     work = [pr for pr in problems if pr.key in todo]
     if workers <= 1 or len(work) <= 1:
         rows = tune(work, db=target, device=tdev, options=opts, progress=progress, todo=todo)
+        res.stopped_early = bool(getattr(rows, "stopped_early", False))
+        res.stats = dict(getattr(rows, "stats", {}))
     else:
         rows, res.failed_workers = _run_workers(work, todo, target, workers, opts, progress)
-    res.rows = rows
+        done = {(r["problem_key"], r["instance"]) for r in rows}
+        res.stopped_early = opts.deadline is not None and any(
+            (k, n) not in done for k, names in todo.items() for n in names)
+    res.rows = list(rows)
     res.tuned = len(rows)
     res.seconds = time.monotonic() - t0
     return res

@@ -5,35 +5,65 @@ Per problem:
 
 1. candidates = ``registry.candidates(op, params, layout, dtype, fused_op)`` (optionally narrowed by
    name patterns), minus those already in the database for this device/software/kernel hash
-   (resume), unless ``force``;
+   (resume), unless ``force``; on a GPU they are ordered likely-fast first
+   (:func:`order_candidates`: the ``direct`` family first when C and K per group are <= 8, else the
+   tensor-core tiles that fit the problem's GEMM best);
 2. random operands (seeded, never all zero) and the float64 reference
-   (:mod:`instance_factory.reference`, computed on the operands' device);
-3. GPU only: compile every candidate in parallel (a thread pool; Triton releases the GIL while it
-   compiles) by running it once; a build error or a resource overflow becomes a row, not a crash;
-4. verify each candidate before timing it: the result buffer is poisoned with NaN, the instance
-   runs through the public checks (``ops.prepare``), and ``||out - ref|| / ||ref||`` must be within
-   ``DATA_TYPES[dtype].tolerance``; a wrong or crashing instance is stored as ``failed`` and never
-   chosen;
-5. time the verified ones through the public op call (result allocation, workspace zeroing and the
-   split-K reduce included): on a GPU ``triton.testing.do_bench`` (warm-up, L2 flushed between
-   runs), first briefly for all, then again at full length for the ``refine_top`` fastest; on the
-   CPU interpreter the median of a few ``time.perf_counter`` runs (the numbers only exercise the
-   pipeline);
-6. time torch's own convolution backward in the same run (cuDNN with ``cudnn.benchmark`` on and
+   (:mod:`instance_factory.reference`, computed once per problem on the operands' device and shared
+   by every candidate);
+3. GPU only: compile every candidate ahead, without running it. ``compile_mode="process"`` (the
+   default on a GPU): a pool of worker processes, started once per :func:`tune` call, compiles the
+   whole plan in order into Triton's on-disk cache while this process measures (so compiling
+   problem i+1 overlaps measuring problem i, and the GIL, which Triton holds for about half of a
+   compile, is not shared); ``"thread"``: a thread pool per problem. A kernel a worker could not
+   build becomes a ``compile_error`` row; anything else a worker could not do is simply compiled
+   again by the first real run here;
+4. the first real run of each candidate is its verification: the result buffer is poisoned with
+   NaN, the instance runs through the public checks (``ops.prepare``) and ``||out - ref|| /
+   ||ref||`` must be within ``DATA_TYPES[dtype].tolerance``; a wrong or crashing instance is stored
+   as ``failed`` and never chosen. On a GPU the kernel is loaded first (from the cache the workers
+   filled; compiled here if they did not get to it) without running, and then that first run is
+   timed with CUDA events: when it exceeds the hard cap ``max(hard_cap_factor x best, best +
+   hard_cap_margin_ms)`` (best: the fastest single run of the problem so far) the candidate is
+   stored as ``pruned`` without being verified (an igemm tile of 128 channels on a depthwise layer
+   runs for 40-580 ms where ``direct`` needs 0.2 ms);
+5. GPU: each verified candidate is timed once more through the public op call (CUDA events, the GPU
+   kept busy while the launch is queued, so only GPU time counts);
+6. GPU: candidates whose single run exceeds ``max(prune_factor x best, best + prune_margin_ms)``
+   (best: the fastest single run of the problem, or the best time the database already holds for
+   it when a sweep resumes) are
+   stored as ``pruned`` (median_ms = that single run, timing ``single-run (pruned)``) and never
+   reach ``do_bench``; a pruned row never wins a lookup, a merge or the report (they read ``ok``
+   rows only), and a resumed sweep skips it like any measured row (``--force`` redoes it);
+7. time the rest through the public op call (result allocation, workspace zeroing and the split-K
+   reduce included): on a GPU ``triton.testing.do_bench`` (warm-up, L2 flushed between runs), first
+   briefly for all (fastest single run first), then again at full length for the ``refine_top``
+   fastest; on the CPU interpreter the median of a few ``time.perf_counter`` runs (the numbers only
+   exercise the pipeline; no pruning there);
+8. time torch's own convolution backward in the same run (cuDNN with ``cudnn.benchmark`` on and
    channels-last tensors for a channels-last layout; on the CPU, torch's CPU kernel, marked so);
-7. write the rows (merge-on-write under the file lock) after each problem, so a killed sweep
+9. write the rows (merge-on-write under the file lock) after each problem, so a killed sweep
    resumes where it stopped.
+
+``TuneOptions.deadline`` (``tune --max-minutes``): no new candidate, problem or ``do_bench`` starts
+after it; the problem in progress keeps the rows it finished (a candidate verified but not yet timed
+gets no row, so a rerun measures it), its cuDNN timing and the database write still happen, and
+:func:`tune` returns with ``stopped_early`` set.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 import statistics
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,13 +87,19 @@ from .problems import Problem
 
 __all__ = [
     "FatalDeviceError",
+    "ProblemRows",
     "TuneOptions",
+    "TuneResult",
     "Progress",
     "candidates_for",
+    "order_candidates",
     "resolve_db",
     "tune",
     "tune_problem",
 ]
+
+PRUNED_TIMING = "single-run (pruned)"
+COMPILE_MODES = ("auto", "process", "thread")
 
 
 class FatalDeviceError(RuntimeError):
@@ -82,7 +118,15 @@ class TuneOptions:
     refine_top: int = 6  # this many fastest get the full-length timing (0: everyone)
     cpu_reps: int = 3  # interpreter: timed runs after the verification run
     cudnn: bool = True  # also time torch / cuDNN
-    compile_workers: int | None = None  # threads compiling candidates (GPU); None: min(16, cores)
+    compile_workers: int | None = None  # compiling processes/threads (GPU); None: min(16, cores - 1)
+    compile_mode: str = "auto"  # "process", "thread", or "auto" (process on a GPU, thread simulated)
+    compile_timeout_s: float = 900.0  # stop waiting for a problem's compiles after this (then inline)
+    prune: bool = True  # GPU: skip do_bench of candidates far slower than the best single run
+    prune_factor: float = 5.0  # pruned when single run > max(prune_factor x best, best + margin)
+    prune_margin_ms: float = 0.05
+    hard_cap_factor: float = 50.0  # not even verified when the first run > max(factor x best, ...)
+    hard_cap_margin_ms: float = 1.0  # (absolute slack: the first run may include a module load)
+    deadline: float | None = None  # time.time() after which no new measurement starts (None: none)
     seed: int = 0
     alpha: float = 1.25  # for scale / bilinear (non-trivial on purpose)
     beta: float = -0.75
@@ -95,7 +139,47 @@ class TuneOptions:
             if unknown:
                 raise TypeError(f"unknown tuning options {sorted(unknown)}")
             base = cls(**{**base.__dict__, **kw})
+        if base.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, not {base.compile_mode!r}")
         return base
+
+
+def _now() -> float:
+    """Wall-clock seconds (a test seam: deadline tests replace it)."""
+    return time.time()
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and _now() >= deadline
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - _now())
+
+
+class ProblemRows(list):
+    """The rows of one problem (a list), with ``stopped`` (the deadline cut it short) and ``stats``
+    (seconds per phase, instance counts)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.stopped = False
+        self.stats: dict = {}
+
+
+class TuneResult(list):
+    """The rows :func:`tune` wrote (a list), with ``stopped_early`` (the deadline stopped it before the
+    plan was done) and ``stats`` (seconds per phase summed over the problems, rows per status)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.stopped_early = False
+        self.stats: dict = {}
+
+
+def _add_stats(total: dict, part: dict) -> None:
+    for k, v in part.items():
+        total[k] = total.get(k, 0) + v
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,7 +233,7 @@ def _hms(s: float) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# candidates and resume
+# candidates, their order, and resume
 # ----------------------------------------------------------------------------------------------
 def _match(name: str, patterns: str | Sequence[str]) -> bool:
     import fnmatch
@@ -192,6 +276,51 @@ def candidates_for(problem: Problem, options: TuneOptions | None = None) -> tupl
     return _spread(runnable, opts.max_instances), declined
 
 
+#: C and K per group up to this: a few-channel problem, where the ``direct`` family is meant to win
+FEW_CHANNELS = 8
+
+
+def _gemm_mn(problem: Problem, inst: Any) -> tuple[int, int] | None:
+    """The (M, N) a tensor-core instance tiles with (block_m, block_n); None for other families."""
+    cfg = inst.cfg
+    if "block_m" not in cfg or "block_n" not in cfg:
+        return None
+    p = problem.params
+    if problem.op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C
+        return max(1, p.N * math.prod(p.input) // max(1, math.prod(p.stride))), p.C
+    # bwd weight: M = K, N = C per tap (C*taps with the taps folded into the columns: two_stage)
+    return p.K, p.C * (math.prod(p.filter) if inst.algorithm == "two_stage" else 1)
+
+
+def _tile_waste(inst: Any, mn: tuple[int, int]) -> float:
+    """Padded tile area / useful area (1: the tiles fit the GEMM exactly)."""
+    m, n = mn
+    bm, bn = inst.cfg["block_m"], inst.cfg["block_n"]
+    return (-(-m // bm) * bm / m) * (-(-n // bn) * bn / n)
+
+
+def order_candidates(problem: Problem, instances: Sequence[Any]) -> list[Any]:
+    """``instances`` likely-fast first, so the pruning rule has a good best time early.
+
+    Few-channel problems (C and K per group <= FEW_CHANNELS): the ``direct`` family first, then the
+    tensor-core families; otherwise the tensor-core families first. Within a group, tiles with less
+    padding waste on the problem's GEMM (tile area / useful area, in half-octave steps) first;
+    ties keep registry order. Only the order changes, never the set.
+    """
+    p = problem.params
+    few = p.C <= FEW_CHANNELS and p.K <= FEW_CHANNELS
+
+    def key(item: tuple[int, Any]) -> tuple[int, int, int]:
+        idx, inst = item
+        mn = _gemm_mn(problem, inst)
+        if mn is None:  # direct (or another non-tiled family)
+            return (0 if few else 2, 0, idx)
+        waste = _tile_waste(inst, mn)
+        return (1 if few else 0, round(2 * math.log2(waste)), idx)
+
+    return [inst for _, inst in sorted(enumerate(instances), key=key)]
+
+
 def resolve_db(db: Any = None, device: DeviceInfo | None = None) -> TuningDB:
     """``None``/``"user"``: the user tier for the device; ``"system"``: the shipped tier's file for the
     device (what a maintainer regenerates); a path or a TuningDB: that file."""
@@ -227,7 +356,7 @@ class _Case:
     a: torch.Tensor
     b: torch.Tensor
     ds: tuple[torch.Tensor, ...]
-    ref: torch.Tensor
+    ref: torch.Tensor | None  # None in compile workers (they never check a result)
     kwargs: dict  # compute_dtype / wei_dtype for the public op
     fused_arg: Any  # the op= argument (a name, or the tuner's @triton.jit custom function)
     n_ds: int
@@ -257,7 +386,9 @@ def _randn(shape: Sequence[int], dtype: torch.dtype, device: torch.device, gen: 
     return torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
 
 
-def _make_case(problem: Problem, device: torch.device, opts: TuneOptions) -> _Case:
+def _make_case(problem: Problem, device: torch.device, opts: TuneOptions, *, reference: bool = True) -> _Case:
+    """Operands (seeded random; uninitialized when ``reference`` is False: compile workers only
+    need shapes, dtypes and alignment) and the float64 reference, once per problem."""
     from ..dtypes import DATA_TYPES
     from ..epilogue import FUSED_OPS
     from ..layouts import parse_layout
@@ -266,13 +397,19 @@ def _make_case(problem: Problem, device: torch.device, opts: TuneOptions) -> _Ca
     dt = DATA_TYPES[problem.dtype]
     fused = FUSED_OPS[problem.fused_op]
     n_ds = max(fused.min_ds, 1) if fused.name == "custom" else fused.min_ds
-    gen = torch.Generator(device=device).manual_seed(opts.seed)
+    gen = torch.Generator(device=device).manual_seed(opts.seed) if reference else None
     a_t, b_t, r_t = (("output", "weight", "input") if problem.op == "conv_bwd_data"
                      else ("input", "output", "weight"))
     res_dtype = dt.result or dt.data
-    a = _randn(lt.shape(a_t, p), dt.data, device, gen)
-    b = _randn(lt.shape(b_t, p), dt.data, device, gen)
-    ds = tuple(_randn(lt.shape(r_t, p), res_dtype, device, gen) for _ in range(n_ds))
+
+    def make(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        if not reference:
+            return torch.empty(tuple(shape), dtype=dtype, device=device)
+        return _randn(shape, dtype, device, gen)
+
+    a = make(lt.shape(a_t, p), dt.data)
+    b = make(lt.shape(b_t, p), dt.data)
+    ds = tuple(make(lt.shape(r_t, p), res_dtype) for _ in range(n_ds))
     user_fn, user_ref = _custom_pair() if fused.name == "custom" else (None, None)
     kwargs: dict[str, Any] = {}
     cd = {"tf32": "tf32", "fp8": "fp8"}.get(dt.compute)
@@ -280,7 +417,7 @@ def _make_case(problem: Problem, device: torch.device, opts: TuneOptions) -> _Ca
         kwargs["compute_dtype"] = cd
     if dt.result is not None:
         kwargs["wei_dtype"] = dt.result
-    ref = _reference(problem, lt, a, b, ds, opts.alpha, opts.beta, user_ref)
+    ref = _reference(problem, lt, a, b, ds, opts.alpha, opts.beta, user_ref) if reference else None
     return _Case(problem, device, a, b, ds, ref, kwargs, user_fn if user_fn is not None else fused.name,
                  n_ds, opts.alpha, opts.beta)
 
@@ -295,18 +432,29 @@ def _reference(problem: Problem, lt: Any, a: torch.Tensor, b: torch.Tensor, ds: 
               user_ref=user_ref)
 
 
-def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+def _ref_norms(case: _Case) -> tuple[float, float]:
+    """(||ref||, max|ref|), computed once per problem."""
+    got = case.extra.get("ref_norms")
+    if got is None:
+        ref = case.ref
+        got = (float(torch.linalg.vector_norm(ref)), float(ref.abs().max()) if ref.numel() else 0.0)
+        case.extra["ref_norms"] = got
+    return got
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor, norms: tuple[float, float] | None = None) -> tuple[float, float]:
     """(||out - ref|| / ||ref||, max|out - ref| / max|ref|) in float64 on the tensors' device; NaN or
-    inf anywhere in ``out`` gives inf (never passes)."""
+    inf anywhere in ``out`` gives inf (never passes). ``norms``: the reference's (norm, max) if known."""
     o = out.double()
     if o.shape != ref.shape:
         raise ValueError(f"shape mismatch: result {tuple(o.shape)} vs reference {tuple(ref.shape)}")
     if not bool(torch.isfinite(o).all()):
         return math.inf, math.inf
-    diff = o - ref
-    rn = float(torch.linalg.vector_norm(ref))
+    diff = o.sub_(ref) if o.data_ptr() != out.data_ptr() else o - ref
+    if norms is None:
+        norms = (float(torch.linalg.vector_norm(ref)), float(ref.abs().max()) if ref.numel() else 0.0)
+    rn, rm = norms
     dn = float(torch.linalg.vector_norm(diff))
-    rm = float(ref.abs().max()) if ref.numel() else 0.0
     dm = float(diff.abs().max()) if diff.numel() else 0.0
     rel = (0.0 if dn == 0.0 else math.inf) if rn == 0.0 else dn / rn
     mrel = (0.0 if dm == 0.0 else math.inf) if rm == 0.0 else dm / rm
@@ -331,18 +479,46 @@ def _call(case: _Case, inst: Any) -> Callable[[], Any]:
     return lambda: fn(a, b, p, layout=lay, ds=ds, op=fused, alpha=alpha, beta=beta, instance=inst, **kw)
 
 
-def _run_verified(case: _Case, inst: Any) -> torch.Tensor:
-    """One run through ``ops.prepare`` into a NaN-poisoned result buffer."""
+def _run_verified(case: _Case, inst: Any, timed: bool = False) -> tuple[torch.Tensor, float | None]:
+    """One run through ``ops.prepare`` into a NaN-poisoned result buffer: (result, launch ms if
+    ``timed`` else None)."""
     from ..ops import prepare
 
     _, args = prepare(case.problem.op, case.a, case.b, case.problem.params, layout=case.problem.layout,
                       ds=case.ds, fused_op=case.fused_arg, alpha=case.alpha, beta=case.beta, instance=inst,
                       **case.kwargs)
     args.out.fill_(float("nan"))
-    inst.alg.launch(args)
+    ms = None
+    if timed:
+        ms = _single_run_ms(lambda: inst.alg.launch(args), case, inst, "warm-up")
+    else:
+        inst.alg.launch(args)
     if args.out.is_cuda:
         torch.cuda.synchronize(args.out.device)
-    return args.out
+    return args.out, ms
+
+
+#: GPU clock cycles the stream is kept busy before a single timed run (about 1 ms), so the launch's
+#: CPU overhead is queued behind it and only GPU time lands between the two events
+_BUSY_CYCLES = 2_000_000
+
+
+def _single_run_ms(fn: Callable[[], Any], case: _Case, inst: Any, stage: str) -> float:
+    """Milliseconds of one run of ``fn`` (``stage``: "warm-up" = the verification run, "single" = one
+    public op call): CUDA events on a GPU, perf_counter otherwise. Tests replace this."""
+    if case.device.type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    busy = getattr(torch.cuda, "_sleep", None)
+    if busy is not None:
+        busy(_BUSY_CYCLES)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
 
 
 _FATAL_MARKERS = ("illegal memory access", "illegal instruction", "unspecified launch failure",
@@ -479,6 +655,167 @@ def _time_torch(case: _Case, opts: TuneOptions) -> tuple[float | None, str, str]
 
 
 # ----------------------------------------------------------------------------------------------
+# compiling ahead without running: Triton's JIT launch with warmup=True compiles and returns
+# ----------------------------------------------------------------------------------------------
+_COMPILE_ONLY = threading.local()  # .on: launches from this thread only compile
+_PATCH_LOCK = threading.Lock()
+_PATCHED: list[Any] = []  # [original JITFunction.__getitem__] once installed
+
+
+def _install_compile_only() -> bool:
+    """Make ``kernel[grid](...)`` compile without launching (``run(..., warmup=True)``) in threads whose
+    ``_COMPILE_ONLY.on`` is set, by wrapping ``JITFunction.__getitem__`` (so no launch fast path can
+    bypass it); other threads are unaffected. False when this Triton's ``run`` has no ``warmup``
+    parameter (then compiling ahead runs the kernels, as before)."""
+    with _PATCH_LOCK:
+        if _PATCHED:
+            return True
+        try:
+            import inspect
+
+            from triton.runtime.jit import JITFunction
+
+            orig = JITFunction.__getitem__
+            if "warmup" not in inspect.signature(JITFunction.run).parameters:
+                return False
+        except Exception:
+            return False
+
+        def getitem(self: Any, grid: Any) -> Any:
+            if getattr(_COMPILE_ONLY, "on", False):
+                return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs)
+            return orig(self, grid)
+
+        getitem.__wrapped__ = orig  # type: ignore[attr-defined]
+        JITFunction.__getitem__ = getitem
+        _PATCHED.append(orig)
+        return True
+
+
+@contextmanager
+def _compile_only_here(enabled: bool):
+    """Launches from this thread only compile while inside (when ``enabled``)."""
+    if not enabled:
+        yield
+        return
+    prev = getattr(_COMPILE_ONLY, "on", False)
+    _COMPILE_ONLY.on = True
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY.on = prev
+
+
+def _compile_workers(opts: TuneOptions) -> int:
+    """``compile_workers``, else min(16, usable cores - 1): one core stays with the measuring."""
+    if opts.compile_workers:
+        return max(1, opts.compile_workers)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 2
+    return max(1, min(16, cores - 1))
+
+
+# --- worker processes ---------------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _precompile_init(device: str) -> None:
+    """Worker process start: lower priority (the parent measures), pick the device, compile-only."""
+    os.environ["INSTANCE_FACTORY_COMPILE_WORKER"] = "1"
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):
+        pass
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    _WORKER["device"] = dev
+    _WORKER["compile_only"] = _install_compile_only()
+
+
+def _precompile_one(problem: Problem, name: str, seed: int, alpha: float, beta: float) -> dict | None:
+    """Compile one instance for one problem (launch in compile-only mode); returns {"error": (status,
+    reason) or None, "s": seconds}, or None when it cannot compile without running. The case
+    (uninitialized operands) is kept per problem."""
+    from ..registry import get_registry
+
+    t0 = time.monotonic()
+    dev = _WORKER.get("device", torch.device("cpu"))
+    if dev.type == "cuda" and not _WORKER.get("compile_only"):
+        return None  # never run kernels beside the measuring: the parent compiles it on its first run
+    if _WORKER.get("key") != problem.key:
+        _WORKER.pop("case", None)
+        _WORKER["case"] = _make_case(problem, dev, TuneOptions(seed=seed, alpha=alpha, beta=beta),
+                                     reference=False)
+        _WORKER["key"] = problem.key
+    inst = get_registry().get(name)
+    try:
+        with _compile_only_here(_WORKER.get("compile_only", False)):
+            _call(_WORKER["case"], inst)()
+        err = None
+    except Exception as exc:  # recorded by the parent (compile errors) or redone there (the rest)
+        status, reason, _ = classify_error(exc)
+        err = (status, reason)
+    return {"error": err, "s": time.monotonic() - t0}
+
+
+class _Precompiler:
+    """Worker processes compiling a whole plan ahead, in plan order, into Triton's on-disk cache
+    (shared with this process, which then loads each kernel instead of compiling it)."""
+
+    def __init__(self, device: torch.device, plan: Sequence[tuple[Problem, list[Any]]], opts: TuneOptions):
+        self.workers = _compile_workers(opts)
+        self.broken = ""
+        self.jobs: dict[str, list[tuple[Any, Future]]] = {}
+        ctx = mp.get_context("spawn")
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_precompile_init,
+                                        initargs=(str(device),))
+        for problem, insts in plan:
+            if insts:
+                self.jobs[problem.key] = [
+                    (inst, self.pool.submit(_precompile_one, problem, inst.name, opts.seed, opts.alpha, opts.beta))
+                    for inst in order_candidates(problem, insts)]
+
+    def results(self, problem: Problem, timeout: float | None) -> tuple[dict[str, dict | None], bool]:
+        """{instance name: the worker's answer, or None (not compiled ahead: the first run compiles)}
+        and whether waiting was cut short by ``timeout``."""
+        jobs = self.jobs.pop(problem.key, [])
+        if not jobs:
+            return {}, False
+        done, not_done = wait([f for _, f in jobs], timeout=timeout)
+        out: dict[str, dict | None] = {}
+        for inst, fut in jobs:
+            if fut not in done:
+                fut.cancel()
+                out[inst.name] = None
+                continue
+            try:
+                out[inst.name] = fut.result()
+            except Exception as exc:  # BrokenProcessPool (a worker died), pickling, ...
+                if not self.broken:
+                    self.broken = f"{type(exc).__name__}: {exc}"[:300]
+                    warnings.warn(f"instance_factory tuner: compile workers failed ({self.broken}); "
+                                  "compiling in the measuring process instead", RuntimeWarning, stacklevel=2)
+                out[inst.name] = None
+        return out, bool(not_done)
+
+    def close(self) -> None:
+        for jobs in self.jobs.values():
+            for _, fut in jobs:
+                fut.cancel()
+        self.jobs.clear()
+        procs = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:  # nothing they still do is needed; Triton's cache writes are atomic
+            try:
+                p.terminate()
+            except Exception:
+                pass
+
+
+# ----------------------------------------------------------------------------------------------
 # one problem
 # ----------------------------------------------------------------------------------------------
 def _torch_device(device: Any) -> torch.device:
@@ -496,13 +833,33 @@ def _torch_device(device: Any) -> torch.device:
     return d
 
 
-#: tests only: run the GPU pipeline (parallel compile, short then refined timing) on CPU tensors
+#: tests only: run the GPU pipeline (compile ahead, single runs, pruning, short then refined timing)
+#: on CPU tensors
 _SIMULATE_GPU_PIPELINE = False
 
 
+def _gpu_pipeline(tdev: torch.device) -> bool:
+    return tdev.type == "cuda" or _SIMULATE_GPU_PIPELINE
+
+
+def _resolved_compile_mode(tdev: torch.device, opts: TuneOptions) -> str:
+    """"process" or "thread". Worker processes must never run kernels next to the measuring (their
+    operands are uninitialized), so on a GPU they need this Triton's compile-only launch."""
+    mode = opts.compile_mode
+    if mode == "auto":
+        mode = "process" if tdev.type == "cuda" else "thread"
+    if mode == "process" and tdev.type == "cuda" and not _install_compile_only():
+        mode = "thread"
+    return mode
+
+
 def tune_problem(problem: Problem, instances: Sequence[Any], *, device: Any = None,
-                 options: TuneOptions | None = None, progress: Progress | None = None) -> list[dict]:
-    """Verify and time ``instances`` on ``problem``; returns one row per instance (not stored).
+                 options: TuneOptions | None = None, progress: Progress | None = None,
+                 prior_best_ms: float | None = None, _precompiler: _Precompiler | None = None) -> ProblemRows:
+    """Verify and time ``instances`` on ``problem``; returns one row per finished instance (not
+    stored), as a :class:`ProblemRows` (``stopped``: the deadline cut it short; ``stats``).
+    ``prior_best_ms``: the problem's best time already in the database (a resumed sweep), the
+    starting point of the pruning rule.
 
     Raises :class:`FatalDeviceError` (after recording the rows so far in ``.rows``) when the GPU is
     left in an error state.
@@ -530,52 +887,129 @@ def tune_problem(problem: Problem, instances: Sequence[Any], *, device: Any = No
             progress.update(1, f"{problem.label} {problem.op[5:]} {problem.dtype}")
 
     if not instances:
-        return []
+        return ProblemRows()
+    prior = prior_best_ms if prior_best_ms is not None and prior_best_ms > 0 else math.inf
     if tdev.type == "cuda":
         with torch.cuda.device(tdev):
-            return _tune_problem_on(problem, instances, tdev, opts, row, tick, rows, dt)
-    return _tune_problem_on(problem, instances, tdev, opts, row, tick, rows, dt)
+            return _tune_problem_on(problem, instances, tdev, opts, row, tick, rows, dt, _precompiler, prior)
+    return _tune_problem_on(problem, instances, tdev, opts, row, tick, rows, dt, _precompiler, prior)
 
 
 def _tune_problem_on(problem: Problem, instances: Sequence[Any], tdev: torch.device, opts: TuneOptions,
-                     row: Callable, tick: Callable, rows: dict[str, dict], dt: Any) -> list[dict]:
+                     row: Callable, tick: Callable, rows: dict[str, dict], dt: Any,
+                     precompiler: _Precompiler | None, prior: float) -> ProblemRows:
+    stats: dict[str, float] = {}
+    t0 = time.monotonic()
     case = _make_case(problem, tdev, opts)
-    on_gpu = tdev.type == "cuda" or _SIMULATE_GPU_PIPELINE
+    on_gpu = _gpu_pipeline(tdev)
+    prune = on_gpu and opts.prune
+    stopped = False
+    t1 = time.monotonic()
+    stats["setup_s"] = t1 - t0
 
-    # 1. compile in parallel (GPU): each candidate runs once; failures become rows
-    pending = list(instances)
+    # 1. compile ahead (GPU): failures become rows
+    pending = order_candidates(problem, instances) if on_gpu else list(instances)
     if on_gpu:
         try:
-            pending = _compile_all(case, pending, opts, row, tick)
+            pending, stopped = _compile_all(case, pending, opts, row, tick, precompiler, stats)
         except FatalDeviceError as exc:
-            exc.rows = list(rows.values())  # type: ignore[attr-defined]
+            exc.rows = _finished(rows)  # type: ignore[attr-defined]
             raise
+    t2 = time.monotonic()
+    stats["compile_s"] = t2 - t1
 
-    # 2. verify before timing
+    # 2. the first run verifies (and on a GPU is timed against the hard cap); then one timed run.
+    # On a GPU the kernel is first loaded (or compiled, if compiling ahead did not get to it) without
+    # running, so that no compile or load lands inside the timed first run.
+    preload = tdev.type == "cuda" and _install_compile_only()
+    best = prior  # the fastest single run so far (or the best time a resumed sweep already has)
+    single: dict[str, float] = {}
+    pruned_ms: dict[str, float] = {}  # pruned instance -> the single run its row reports
     verified: list[Any] = []
+    load_s = 0.0
     for inst in pending:
+        if stopped or _past(opts.deadline):
+            stopped = True
+            break
         try:
-            out = _run_verified(case, inst)
-            rel, mrel = _errors(out, case.ref)
-            del out
+            if preload:
+                tl = time.monotonic()
+                with _compile_only_here(True):
+                    _call(case, inst)()
+                load_s += time.monotonic() - tl
+            out, warm_ms = _run_verified(case, inst, timed=prune)
         except Exception as exc:
             status, reason, fatal = classify_error(exc)
             row(inst, status, reason)
             tick(inst)
             if fatal:
-                raise _fatal(exc, rows) from exc
+                raise _fatal(exc, rows, culprit=inst.name) from exc
             continue
+        if prune and warm_ms is not None and math.isfinite(best) and warm_ms > _hard_cap(best, opts):
+            del out
+            row(inst, "pruned", f"not verified: its first run took {warm_ms:.4g} ms > hard cap "
+                f"{_hard_cap(best, opts):.4g} ms = max({opts.hard_cap_factor:g} x best so far "
+                f"{best:.4g} ms, best + {opts.hard_cap_margin_ms:g} ms)")
+            pruned_ms[inst.name] = warm_ms
+            tick(inst)
+            continue
+        try:
+            rel, mrel = _errors(out, case.ref, _ref_norms(case))
+        except Exception as exc:
+            status, reason, fatal = classify_error(exc)
+            row(inst, status, f"while verifying: {reason}")
+            tick(inst)
+            if fatal:
+                raise _fatal(exc, rows, culprit=inst.name) from exc
+            continue
+        finally:
+            del out
         if not rel <= dt.tolerance:  # NaN-safe
             row(inst, "failed", f"wrong result: rel_err {rel:.3g} > tolerance {dt.tolerance:g}",
                 rel_err=rel, max_rel_err=mrel)
             tick(inst)
             continue
         row(inst, "ok", rel_err=rel, max_rel_err=mrel)
+        if prune:
+            try:
+                ms = _single_run_ms(_call(case, inst), case, inst, "single")
+            except Exception as exc:
+                status, reason, fatal = classify_error(exc)
+                rows[inst.name].update(status=status, reason=f"while timing: {reason}")
+                tick(inst)
+                if fatal:
+                    raise _fatal(exc, rows, culprit=inst.name) from exc
+                continue
+            single[inst.name] = ms
+            best = min(best, ms)
         verified.append(inst)
+    t3 = time.monotonic()
+    stats["verify_s"] = t3 - t2 - load_s
+    stats["load_s"] = load_s
 
-    # 3. time the verified ones
+    # 3. prune by the single runs, then time the rest (fastest single run first)
+    if prune and math.isfinite(best):
+        cap = _soft_cap(best, opts)
+        keep = []
+        for inst in verified:
+            ms = single[inst.name]
+            if ms > cap:
+                pruned_ms[inst.name] = ms
+                rows[inst.name].update(
+                    status="pruned",
+                    reason=f"verified; single run {ms:.4g} ms > {cap:.4g} ms = max({opts.prune_factor:g} x "
+                           f"best so far {best:.4g} ms, best + {opts.prune_margin_ms:g} ms): not benchmarked")
+                tick(inst)
+            else:
+                keep.append(inst)
+        verified = sorted(keep, key=lambda i: single[i.name])
+    elif prune:
+        verified = sorted(verified, key=lambda i: single[i.name])
     times: dict[str, Timing] = {}
     for inst in verified:
+        if stopped or _past(opts.deadline):
+            stopped = True
+            break
         try:
             fn = _call(case, inst)
             times[inst.name] = (_time_gpu(fn, min(opts.warmup_ms, 5.0), opts.quick_rep_ms) if on_gpu
@@ -585,13 +1019,16 @@ def _tune_problem_on(problem: Problem, instances: Sequence[Any], tdev: torch.dev
             rows[inst.name].update(status=status, reason=f"while timing: {reason}")
             if fatal:
                 tick(inst)
-                raise _fatal(exc, rows) from exc
+                raise _fatal(exc, rows, culprit=inst.name) from exc
         tick(inst)
-    if on_gpu and times:
+    if on_gpu and times and not stopped:
         order = sorted(times, key=lambda n: times[n].median_ms)
         top = order if opts.refine_top <= 0 else order[: opts.refine_top]
         by_name = {i.name: i for i in verified}
         for name in top:
+            if _past(opts.deadline):
+                stopped = True
+                break
             try:
                 times[name] = _time_gpu(_call(case, by_name[name]), opts.warmup_ms, opts.rep_ms)
             except Exception as exc:
@@ -599,14 +1036,17 @@ def _tune_problem_on(problem: Problem, instances: Sequence[Any], tdev: torch.dev
                 rows[name].update(status=status, reason=f"while timing: {reason}")
                 times.pop(name)
                 if fatal:
-                    raise _fatal(exc, rows) from exc
+                    raise _fatal(exc, rows, culprit=name) from exc
+    t4 = time.monotonic()
+    stats["bench_s"] = t4 - t3
 
     # 4. torch / cuDNN in the same run
     cudnn_ms, impl, cerr = (None, "", "")
-    if opts.cudnn and times:
+    if opts.cudnn and (times or pruned_ms):
         cudnn_ms, impl, cerr = _time_torch(case, opts)
         if cudnn_ms is None:
             impl = f"unavailable: {cerr}"[:200]
+    stats["cudnn_s"] = time.monotonic() - t4
 
     p = problem.params
     flops = p.flops()
@@ -620,10 +1060,32 @@ def _tune_problem_on(problem: Problem, instances: Sequence[Any], tdev: torch.dev
                  tflops=flops / (t.median_ms * 1e9), gbps=nbytes / (t.median_ms * 1e6),
                  cudnn_ms=cudnn_ms, cudnn_impl=impl,
                  speedup=(cudnn_ms / t.median_ms) if cudnn_ms else None)
-    for r in rows.values():  # a verified instance that then failed to time is not "ok"
+    for name, ms in pruned_ms.items():  # the single run, marked: a pruned row never wins
+        r = rows[name]
+        if r["status"] == "pruned" and ms > 0:
+            r.update(median_ms=ms, p20_ms=ms, p80_ms=ms, reps=1, timing=PRUNED_TIMING,
+                     tflops=flops / (ms * 1e9), gbps=nbytes / (ms * 1e6), cudnn_ms=cudnn_ms, cudnn_impl=impl)
+    out = ProblemRows()
+    for r in rows.values():
         if r["status"] == "ok" and r.get("median_ms") is None:
-            r.update(status="failed", reason=r.get("reason") or "not timed")
-    return list(rows.values())
+            if stopped:  # verified, but the deadline came before its timing: no row, a rerun redoes it
+                continue
+            r.update(status="failed", reason=r.get("reason") or "not timed")  # a timing that failed
+        out.append(r)
+    out.stopped = stopped
+    stats.update(instances=len(out), ok=sum(r["status"] == "ok" for r in out),
+                 pruned=sum(r["status"] == "pruned" for r in out))
+    stats["failed"] = stats["instances"] - stats["ok"] - stats["pruned"]
+    out.stats = stats
+    return out
+
+
+def _soft_cap(best: float, opts: TuneOptions) -> float:
+    return max(opts.prune_factor * best, best + opts.prune_margin_ms)
+
+
+def _hard_cap(best: float, opts: TuneOptions) -> float:
+    return max(opts.hard_cap_factor * best, best + opts.hard_cap_margin_ms)
 
 
 def _fatal(exc: BaseException, rows: dict[str, dict], culprit: str | None = "") -> FatalDeviceError:
@@ -636,25 +1098,65 @@ def _fatal(exc: BaseException, rows: dict[str, dict], culprit: str | None = "") 
             hint += f" ({culprit})"
     err = FatalDeviceError(f"the GPU is in an error state after {type(exc).__name__}: {exc}; the process must "
                            f"restart; {hint}")
-    err.rows = list(rows.values())  # type: ignore[attr-defined]
+    err.rows = _finished(rows)  # type: ignore[attr-defined]
     return err
 
 
-def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable, tick: Callable) -> list[Any]:
-    """Run every instance once so Triton builds them (in a thread pool: Triton releases the GIL while
-    compiling); failures become rows; return the instances that ran.
+def _finished(rows: dict[str, dict]) -> list[dict]:
+    """The rows worth keeping when a problem is abandoned: not the verified-but-untimed ones (an ok
+    row needs a time; a rerun measures them)."""
+    return [r for r in rows.values() if not (r["status"] == "ok" and r.get("median_ms") is None)]
 
-    A fatal device error (the context is dead) raises FatalDeviceError. With one worker the culprit is
-    the first instance that hit it and gets a ``failed`` row (a resumed sweep skips it); with several
-    threads the culprit is ambiguous, so no fatal row is written and the message says to rerun with
-    ``--compile-workers 1``.
+
+def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable, tick: Callable,
+                 precompiler: _Precompiler | None, stats: dict) -> tuple[list[Any], bool]:
+    """Compile every instance ahead; failures become rows. Returns (the instances to measure, in
+    order; whether the deadline stopped the wait).
+
+    With worker processes (``precompiler``) this waits for this problem's compiles (started when
+    the sweep began) until the deadline or ``compile_timeout_s``; an instance not compiled by then is
+    compiled by its first run here. Otherwise a thread pool compiles them now: in compile-only mode
+    when this Triton allows it (no kernel runs), else by running each once (old behaviour).
     """
-    workers = opts.compile_workers or min(16, os.cpu_count() or 1)
+    timeout = opts.compile_timeout_s
+    left = _remaining(opts.deadline)
+    if left is not None:
+        timeout = min(timeout, left)
+    if precompiler is not None:
+        answers, cut = precompiler.results(case.problem, timeout)
+        ok: list[Any] = []
+        for inst in insts:
+            ans = answers.get(inst.name)
+            if ans is not None:
+                stats["compile_cpu_s"] = stats.get("compile_cpu_s", 0.0) + ans["s"]
+                stats["precompiled"] = stats.get("precompiled", 0) + 1
+            if ans is not None and ans["error"] is not None and ans["error"][0] == "compile_error":
+                row(inst, "compile_error", f"while compiling: {ans['error'][1]}")
+                tick(inst)
+                continue
+            ok.append(inst)
+        return ok, cut and _past(opts.deadline)
+    return _compile_threads(case, insts, opts, row, tick, timeout)
+
+
+def _compile_threads(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable, tick: Callable,
+                     timeout: float | None) -> tuple[list[Any], bool]:
+    """Compile in a thread pool (Triton releases the GIL for part of a compile).
+
+    Compile-only (the kernels do not run): a thread that has not finished by ``timeout`` is left
+    behind (it only compiles) and its instance compiles on its first run. Running mode (a Triton
+    without compile-only, or the CPU simulation): the pool is always waited for, and a fatal device
+    error raises FatalDeviceError: with one worker the culprit is the first instance that hit it and
+    gets a ``failed`` row (a resumed sweep skips it); with several threads the culprit is ambiguous,
+    so no fatal row is written and the message says to rerun with ``--compile-workers 1``.
+    """
+    workers = _compile_workers(opts)
     dev = case.device
+    compile_only = dev.type == "cuda" and _install_compile_only()
 
     def build(inst: Any) -> tuple[Any, BaseException | None]:
         try:
-            with torch.cuda.device(dev):  # pool threads start on device 0
+            with torch.cuda.device(dev), _compile_only_here(compile_only):  # pool threads start on device 0
                 _call(case, inst)()
             return inst, None
         except BaseException as exc:  # noqa: BLE001 - recorded as the instance's row
@@ -663,8 +1165,10 @@ def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable
     ok: list[Any] = []
     if workers <= 1:
         for inst in insts:
+            if _past(opts.deadline):
+                return ok, True
             _, exc = build(inst)
-            if exc is None:
+            if exc is None and not compile_only:
                 try:
                     torch.cuda.synchronize(dev)
                 except Exception as sync_exc:  # the launch itself broke the context
@@ -677,11 +1181,22 @@ def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable
             tick(inst)
             if fatal:
                 raise _fatal(exc, {}, culprit=inst.name)
-        return ok
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="if-compile") as pool:
-        results = list(pool.map(build, insts))
+        return ok, False
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="if-compile")
+    futures = [pool.submit(build, inst) for inst in insts]
+    try:
+        if compile_only:
+            done, _ = wait(futures, timeout=timeout)
+        else:  # kernels may be running: never leave them behind
+            done, _ = wait(futures)
+    finally:
+        pool.shutdown(wait=not compile_only, cancel_futures=True)
     fatal_exc: BaseException | None = None
-    for inst, exc in results:
+    for inst, fut in zip(insts, futures):
+        if fut not in done or fut.cancelled():
+            ok.append(inst)  # compiles on its first run
+            continue
+        _, exc = fut.result()
         if exc is None:
             ok.append(inst)
             continue
@@ -691,13 +1206,14 @@ def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable
             continue
         row(inst, status, f"while compiling: {reason}")
         tick(inst)
-    try:
-        torch.cuda.synchronize(dev)
-    except Exception as exc:  # a kernel launched by the pool broke the context
-        fatal_exc = fatal_exc or exc
+    if not compile_only:
+        try:
+            torch.cuda.synchronize(dev)
+        except Exception as exc:  # a kernel launched by the pool broke the context
+            fatal_exc = fatal_exc or exc
     if fatal_exc is not None:
         raise _fatal(fatal_exc, {}, culprit=None)
-    return ok
+    return ok, False
 
 
 # ----------------------------------------------------------------------------------------------
@@ -705,12 +1221,14 @@ def _compile_all(case: _Case, insts: list[Any], opts: TuneOptions, row: Callable
 # ----------------------------------------------------------------------------------------------
 def tune(problems: Iterable[Problem] | Problem, *, db: Any = None, device: Any = None, force: bool = False,
          options: TuneOptions | None = None, progress: bool = True,
-         todo: dict[str, list[str]] | None = None, **option_kw: Any) -> list[dict]:
-    """Tune each problem and store its rows in ``db`` (default: the user tier); returns the new rows.
+         todo: dict[str, list[str]] | None = None, **option_kw: Any) -> TuneResult:
+    """Tune each problem and store its rows in ``db`` (default: the user tier); returns the new rows
+    as a :class:`TuneResult` (a list with ``stopped_early`` and ``stats``).
 
     Without ``force``, instances that already have a row for this device, software and kernel hash
     are skipped (a problem with none left is skipped whole). ``todo`` (problem key -> instance names)
-    replaces that computation (sweep workers get it from the parent).
+    replaces that computation (sweep workers get it from the parent). The rows of each problem are
+    written as soon as it is done; with ``deadline`` set nothing new starts after it.
     """
     opts = TuneOptions.make(options, **option_kw)
     if isinstance(problems, Problem):
@@ -722,22 +1240,53 @@ def tune(problems: Iterable[Problem] | Problem, *, db: Any = None, device: Any =
     plan = plan_work(problems, target, dinfo, opts, force=force) if todo is None else _plan_from_todo(
         problems, todo)
     total = sum(len(v) for _, v in plan)
-    bar = Progress(total, desc=f"tune {dinfo.kind}", enabled=progress and total > 0)
-    written: list[dict] = []
+    result = TuneResult()
+    if total == 0:
+        return result
+    bar = Progress(total, desc=f"tune {dinfo.kind}", enabled=progress)
+    precompiler = None
     try:
+        if _gpu_pipeline(tdev) and _resolved_compile_mode(tdev, opts) == "process" and not _past(opts.deadline):
+            t0 = time.monotonic()
+            precompiler = _Precompiler(tdev, plan, opts)
+            result.stats["pool_start_s"] = time.monotonic() - t0
+        prior = _prior_best(target, dinfo) if _gpu_pipeline(tdev) and opts.prune else {}
         for problem, insts in plan:
             if not insts:
                 continue
+            if _past(opts.deadline):
+                result.stopped_early = True
+                break
             try:
-                rows = tune_problem(problem, insts, device=tdev, options=opts, progress=bar)
+                rows = tune_problem(problem, insts, device=tdev, options=opts, progress=bar,
+                                    prior_best_ms=prior.get(problem.key), _precompiler=precompiler)
             except FatalDeviceError as exc:
                 target.add(getattr(exc, "rows", []))
                 raise
+            t0 = time.monotonic()
             target.add(rows)
-            written.extend(rows)
+            result.stats["db_write_s"] = result.stats.get("db_write_s", 0.0) + time.monotonic() - t0
+            _add_stats(result.stats, rows.stats)
+            result.extend(rows)
+            if rows.stopped:
+                result.stopped_early = True
+                break
     finally:
+        if precompiler is not None:
+            precompiler.close()
         bar.close()
-    return written
+    return result
+
+
+def _prior_best(db: TuningDB, device: DeviceInfo) -> dict[str, float]:
+    """problem key -> the fastest valid ``ok`` time ``db`` already holds (resumed sweeps prune against it)."""
+    df = db.read()
+    if len(df) == 0:
+        return {}
+    df = valid_rows(df, device=device, software=current_software(), kernel_hashes=registry_kernel_hashes())
+    if len(df) == 0:
+        return {}
+    return {k: float(v) for k, v in df.groupby("problem_key")["median_ms"].min().items() if v == v and v > 0}
 
 
 def plan_work(problems: Sequence[Problem], db: TuningDB, device: DeviceInfo, opts: TuneOptions, *,
