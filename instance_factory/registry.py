@@ -20,11 +20,14 @@ Combination = tuple[str, str, str, int, str]  # (op, layout family, dtype, ndim,
 
 
 def config_dir() -> Path:
-    """configs/ beside the package (a source checkout), or $INSTANCE_FACTORY_CONFIGS."""
+    """$INSTANCE_FACTORY_CONFIGS, else configs/ beside the package (a source checkout), else the
+    copy a wheel carries in instance_factory/data/configs."""
     env = os.environ.get("INSTANCE_FACTORY_CONFIGS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "configs"
+    pkg = Path(__file__).resolve().parent
+    checkout = pkg.parent / "configs"
+    return checkout if checkout.is_dir() else pkg / "data" / "configs"
 
 
 def _family_of(layout: str | LayoutTriple | None) -> str | None:
