@@ -48,6 +48,17 @@ def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:
 
 
 @functools.cache
+def _layout_tag(family: str, ndim: int) -> str:
+    return layout_for(family, ndim).name.replace("/", "_")
+
+
+@functools.cache
+def _config_tag_cached(op: str, algorithm: str, config: tuple[tuple[str, Any], ...]) -> str:
+    # tens of thousands of instances share a few dozen configs: build each tag once
+    return config_tag(ALGORITHMS[(op, algorithm)], dict(config))
+
+
+@functools.cache
 def _source_hash(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -82,8 +93,8 @@ class Instance:
 
     @functools.cached_property
     def name(self) -> str:
-        lay = self.layout.name.replace("/", "_")
-        return f"{self.op}-{self.algorithm}-{lay}-{self.dtype}-{self.fused_op}-{config_tag(self.alg, self.cfg)}"
+        return (f"{self.op}-{self.algorithm}-{_layout_tag(self.family, self.ndim)}-{self.dtype}-{self.fused_op}-"
+                f"{_config_tag_cached(self.op, self.algorithm, self.config)}")
 
     @functools.cached_property
     def kernel_hash(self) -> str:
