@@ -66,7 +66,7 @@ def matrix_cases(families: set[str] | None = None) -> list[Case]:
     return cases
 
 
-def ck_cases(include_large: bool, one_dtype: bool = False) -> list[Case]:
+def ck_cases(include_large: bool, one_dtype: bool = False, only_large: bool = False) -> list[Case]:
     path = REPO / "tools" / "ck_test_problems.yaml"
     if not path.exists():
         return []
@@ -74,7 +74,7 @@ def ck_cases(include_large: bool, one_dtype: bool = False) -> list[Case]:
     fam_layout = {1: "NWGC/GKXC/NWGK", 2: "NHWGC/GKYXC/NHWGK", 3: "NDHWGC/GKZYXC/NDHWGK"}
     out = []
     for e in doc["problems"]:
-        if e.get("large") and not include_large:
+        if (e.get("large") and not include_large) or (only_large and not e.get("large")):
             continue
         p = ConvParams(e["ndim"], e["G"], e["N"], e["K"], e["C"], tuple(e["filter"]), tuple(e["input"]),
                        tuple(e["stride"]), tuple(e["dilation"]), tuple(e["left_pad"]), tuple(e["right_pad"]))
@@ -285,7 +285,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu_out"))
     ap.add_argument("--matrix", action="store_true")
     ap.add_argument("--ck", action="store_true")
-    ap.add_argument("--ck-large", action="store_true")
+    ap.add_argument("--ck-large", action="store_true", help="include CK's large (> 2^28 elements) problems")
+    ap.add_argument("--ck-only-large", action="store_true", help="only CK's large problems")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--per-case", type=int, default=2)
     ap.add_argument("--labels", help="comma-separated bench labels to run (default all)")
@@ -313,7 +314,8 @@ def main() -> int:
         log.write(json.dumps(meta) + "\n")
         fams = set(ns.families.split(",")) if ns.families else None
         for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(fams)),
-                                  (ns.ck, "ck", lambda: ck_cases(ns.ck_large, ns.ck_one_dtype)),
+                                  (ns.ck, "ck", lambda: [c for c in ck_cases(ns.ck_large or ns.ck_only_large, ns.ck_one_dtype, ns.ck_only_large)
+                                                   if c.op in ns.ops]),
                                   (ns.fp8, "fp8", fp8_cases), (ns.large, "large", lambda: [c for c in large_cases() if c.op in ns.ops])):
             if not flag:
                 continue
