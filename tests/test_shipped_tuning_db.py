@@ -1,0 +1,30 @@
+"""The shipped system tier (tuning_db/*.csv) parses and names only instances the registry knows."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from instance_factory.registry import get_registry
+from instance_factory.tuning.database import best_per_problem, read_db
+
+SHIPPED = sorted((Path(__file__).resolve().parent.parent / "tuning_db").glob("*.csv"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_db_is_consistent_with_the_registry(path):
+    df = read_db(path)
+    assert len(df) > 0
+    reg = get_registry()
+    unknown = sorted(set(df["instance"]) - {i.name for i in reg.instances()})
+    assert not unknown, f"{path.name} names instances the registry no longer has: {unknown[:5]}"
+    ok = df[df["status"] == "ok"]
+    assert (ok["rel_err"] <= ok["tolerance"]).all(), "an ok row must have passed verification"
+    assert ok["median_ms"].gt(0).all()
+    best = best_per_problem(ok)
+    assert set(best["problem_key"]) == set(ok["problem_key"])
+    # a kernel edit since tuning makes rows stale (ignored by lookup): say so, the sweep must be redone
+    stale = {name for name, h in zip(df["instance"], df["kernel_hash"]) if reg.get(name).kernel_hash != h}
+    if stale:
+        warnings.warn(f"{path.name}: {len(stale)} instances were tuned with an older kernel source; "
+                      "re-run the sweeps on that device", stacklevel=1)
