@@ -23,6 +23,12 @@ def _choose_backend() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+
+
 def _cmd_list(ns: argparse.Namespace) -> int:
     from .registry import get_registry
 
@@ -51,7 +57,7 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
 
     from .verify import builtin_cases, format_table, verify_case
 
-    on_gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    on_gpu = _on_gpu()
     device = "cuda" if on_gpu else "cpu"
     print(f"verifying built-in problems on {torch.cuda.get_device_name() if on_gpu else 'CPU (Triton interpreter)'}",
           flush=True)
@@ -66,9 +72,7 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
 
 def _cmd_quickstart(ns: argparse.Namespace) -> int:
     """The main job: verify, sweep the quickstart set, look one problem up, print the summary."""
-    import torch
-
-    on_gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    on_gpu = _on_gpu()
     where = "GPU" if on_gpu else "CPU, Triton interpreter"
     if ns.db:  # the lookup step must read what the sweep wrote
         os.environ["INSTANCE_FACTORY_USER_DB"] = ns.db

@@ -19,15 +19,18 @@ __all__ = ["Registry", "config_dir", "get_registry"]
 Combination = tuple[str, str, str, int, str]  # (op, layout family, dtype, ndim, fused op)
 
 
+@functools.cache
+def _shipped_config_dir() -> Path:
+    pkg = Path(__file__).resolve().parent
+    checkout = pkg.parent / "configs"
+    return checkout if checkout.is_dir() else pkg / "data" / "configs"
+
+
 def config_dir() -> Path:
     """$INSTANCE_FACTORY_CONFIGS, else configs/ beside the package (a source checkout), else the
     copy a wheel carries in instance_factory/data/configs."""
     env = os.environ.get("INSTANCE_FACTORY_CONFIGS")
-    if env:
-        return Path(env)
-    pkg = Path(__file__).resolve().parent
-    checkout = pkg.parent / "configs"
-    return checkout if checkout.is_dir() else pkg / "data" / "configs"
+    return Path(env) if env else _shipped_config_dir()
 
 
 def _family_of(layout: str | LayoutTriple | None) -> str | None:
@@ -39,6 +42,24 @@ def _family_of(layout: str | LayoutTriple | None) -> str | None:
     if "/" in layout:
         return parse_layout(layout).family
     return layout.lower()
+
+
+def spread_over_families(items: list[Instance], limit: int | None) -> list[Instance]:
+    """At most ``limit`` instances: round-robin over the kernel families, the family with the fewest
+    instances first (the specialized ones, e.g. ``direct`` for depthwise), each family's instances
+    in registry order, so a small limit still samples every family and the likeliest fits first."""
+    if limit is None or len(items) <= limit:
+        return list(items)
+    by_alg: dict[str, list[Instance]] = {}
+    for i in items:
+        by_alg.setdefault(i.algorithm, []).append(i)
+    groups = sorted(by_alg.values(), key=len)
+    out: list[Instance] = []
+    while len(out) < limit:
+        for group in groups:
+            if group and len(out) < limit:
+                out.append(group.pop(0))
+    return out
 
 
 def _match(name: str, pattern: str) -> bool:
@@ -122,16 +143,6 @@ def _load(directory: str) -> Registry:
     return Registry.from_dir(Path(directory))
 
 
-_DEFAULT: list[Registry] = []  # the default registry, found without touching the file system again
-
-
 def get_registry(directory: str | Path | None = None) -> Registry:
     """The registry built from configs/ (cached per directory)."""
-    if directory is None:
-        if not _DEFAULT or os.environ.get("INSTANCE_FACTORY_CONFIGS"):
-            reg = _load(str(config_dir()))
-            if os.environ.get("INSTANCE_FACTORY_CONFIGS"):
-                return reg
-            _DEFAULT.append(reg)
-        return _DEFAULT[0]
-    return _load(str(directory))
+    return _load(str(directory or config_dir()))

@@ -18,7 +18,7 @@ from .instance import Instance
 from .ops import make_problem_tensors, prepare
 from .problem import ConvParams
 from .reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
-from .registry import get_registry
+from .registry import get_registry, spread_over_families
 
 __all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "verify_case", "verify_instance"]
 
@@ -86,7 +86,7 @@ def verify_case(case: Case, device: str | torch.device, max_instances: int | Non
         reasons = "; ".join(sorted({r for _, r in declined}))[:300]
         return [VerifyResult(case, "-", float("nan"), DATA_TYPES[case.dtype].tolerance, 0.0,
                              note=f"no instance can run it: {reasons}")]
-    chosen = _spread(runnable, max_instances)
+    chosen = spread_over_families(runnable, max_instances)
     out = []
     for inst in chosen:
         try:
@@ -95,21 +95,6 @@ def verify_case(case: Case, device: str | torch.device, max_instances: int | Non
             out.append(VerifyResult(case, inst.name, float("nan"), DATA_TYPES[case.dtype].tolerance, 0.0,
                                     note=f"{type(exc).__name__}: {exc}"[:300]))
     return out
-
-
-def _spread(insts: list[Instance], limit: int | None) -> list[Instance]:
-    """Round-robin over algorithms so a small limit still exercises every family."""
-    if limit is None or len(insts) <= limit:
-        return list(insts)
-    by_alg: dict[str, list[Instance]] = {}
-    for i in insts:
-        by_alg.setdefault(i.algorithm, []).append(i)
-    chosen: list[Instance] = []
-    while len(chosen) < limit:
-        for group in by_alg.values():
-            if group and len(chosen) < limit:
-                chosen.append(group.pop(len(group) // 2))
-    return chosen
 
 
 def builtin_cases(on_gpu: bool) -> list[Case]:

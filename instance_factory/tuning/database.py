@@ -669,6 +669,13 @@ def valid_rows(df: pd.DataFrame, *, device: DeviceInfo | None = None, software: 
     return df[m.fillna(False).astype(bool)]
 
 
+def read_valid_rows(path: str | os.PathLike, device: DeviceInfo, *, ok_only: bool = True,
+                    software: Software | None = None, kernel_hashes: Callable | None = None) -> pd.DataFrame:
+    """The rows of one database file that count on ``device`` with the current software and kernels."""
+    return valid_rows(read_db(path), device=device, software=software or current_software(),
+                      kernel_hashes=kernel_hashes or registry_kernel_hashes(), ok_only=ok_only)
+
+
 def registry_kernel_hashes() -> Callable[[str], str | None]:
     """name -> the registry's current kernel hash (None for an unknown name), computed lazily."""
     from ..registry import get_registry

@@ -337,24 +337,15 @@ def _get_index(dev: Any) -> _Index:
 
 
 def _build_index(dev: Any) -> _Index:
-    from .database import (
-        current_software,
-        read_db,
-        registry_kernel_hashes,
-        system_db_path,
-        user_db_path,
-        valid_rows,
-    )
+    from .database import read_valid_rows, system_db_path, user_db_path
 
-    sw = current_software()
-    hashes = registry_kernel_hashes()
     idx = _Index()
     files = []
     for tier, path in (("system", system_db_path(dev.kind)), ("user", user_db_path(dev.kind))):
         if not path.exists():
             continue
         files.append(str(path))
-        df = valid_rows(read_db(path), device=dev, software=sw, kernel_hashes=hashes)
+        df = read_valid_rows(path, dev)
         setattr(idx, tier, _ranked_by_key(df))
     idx.files = tuple(files)
     return idx

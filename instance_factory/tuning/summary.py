@@ -33,11 +33,10 @@ def load_valid(device: Any = None, extra_files: Sequence[str] = ()) -> pd.DataFr
     from .database import (
         current_device,
         current_software,
-        read_db,
+        read_valid_rows,
         registry_kernel_hashes,
         system_db_path,
         user_db_path,
-        valid_rows,
     )
 
     dev = device if hasattr(device, "kind") else current_device(device)
@@ -50,7 +49,7 @@ def load_valid(device: Any = None, extra_files: Sequence[str] = ()) -> pd.DataFr
         if key in seen_paths:
             continue
         seen_paths.add(key)
-        df = valid_rows(read_db(path), device=dev, software=sw, kernel_hashes=hashes, ok_only=False)
+        df = read_valid_rows(path, dev, ok_only=False, software=sw, kernel_hashes=hashes)
         if len(df):
             frames.append(df)
     if not frames:

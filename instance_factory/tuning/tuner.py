@@ -245,35 +245,16 @@ def _match(name: str, patterns: str | Sequence[str]) -> bool:
     return False
 
 
-def _spread(items: list[Any], limit: int | None) -> list[Any]:
-    """At most ``limit`` items: round-robin over the kernel families, the family with the fewest
-    runnable instances first (the specialized ones, e.g. ``direct`` for depthwise), each family's
-    instances in registry order (smallest tiles first), so a small limit still samples the kernels
-    most likely to fit."""
-    if limit is None or len(items) <= limit:
-        return list(items)
-    by_alg: dict[str, list[Any]] = {}
-    for i in items:
-        by_alg.setdefault(i.algorithm, []).append(i)
-    groups = sorted(by_alg.values(), key=len)
-    out: list[Any] = []
-    while len(out) < limit:
-        for group in groups:
-            if group and len(out) < limit:
-                out.append(group.pop(0))
-    return out
-
-
 def candidates_for(problem: Problem, options: TuneOptions | None = None) -> tuple[list[Any], list[tuple[Any, str]]]:
     """(runnable instances, [(declined instance, reason)]) after the options' name filters."""
-    from ..registry import get_registry
+    from ..registry import get_registry, spread_over_families
 
     opts = options or TuneOptions()
     runnable, declined = get_registry().candidates(problem.op, problem.params, problem.layout,
                                                    problem.dtype, problem.fused_op)
     if opts.instances:
         runnable = [i for i in runnable if _match(i.name, opts.instances)]
-    return _spread(runnable, opts.max_instances), declined
+    return spread_over_families(runnable, opts.max_instances), declined
 
 
 #: C and K per group up to this: a few-channel problem, where the ``direct`` family is meant to win
