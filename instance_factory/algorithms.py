@@ -2,7 +2,10 @@
 
 A kernel module registers one ``Algorithm`` per family: the ordered tile/pipeline parameters its
 instances carry, a check that culls impossible configs at expansion time, a check that says why an
-instance declines a problem, and a launcher that fills a preallocated result. The factory, the
+instance declines a problem, and ``bind``: given one problem's RunArgs it does all the per-problem
+host work once (grid, scalars, tables, constexprs) and returns a ``Runner`` that fills a
+preallocated result from the per-call tensors. The public ops cache runners per problem plan, so a
+repeated call costs only the tensor checks, the allocation and the launches. The factory, the
 registry, the public ops and the tuner only talk to kernels through this table.
 """
 
@@ -22,7 +25,7 @@ from .kernels.geometry import ConvGeometry
 from .layouts import LayoutTriple
 from .problem import ConvParams
 
-__all__ = ["ALGORITHMS", "Algorithm", "RunArgs", "interpreting", "register_algorithm"]
+__all__ = ["ALGORITHMS", "Algorithm", "RunArgs", "Runner", "interpreting", "register_algorithm"]
 
 
 def interpreting() -> bool:
@@ -54,6 +57,8 @@ class RunArgs:
 
 
 DeclineFn = Callable[[dict, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]
+# run(a, b, out, ds, alpha, beta): same shapes, dtypes and device as the RunArgs it was bound to
+Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple, float, float], None]
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,12 @@ class Algorithm:
     param_names: tuple[str, ...]  # the order in which instance names encode the parameters
     check_config: Callable[[dict], str | None]  # impossible tile -> reason (expansion-time cull)
     decline: DeclineFn  # problem this instance cannot run -> reason
-    launch: Callable[[RunArgs], None]
+    bind: Callable[[RunArgs], Runner]
     description: str = ""
+
+    def launch(self, args: RunArgs) -> None:
+        """Bind and run once (verification, tests); hot paths keep the runner from ``bind``."""
+        self.bind(args)(args.a, args.b, args.out, tuple(args.ds), float(args.alpha), float(args.beta))
 
 
 ALGORITHMS: dict[tuple[str, str], Algorithm] = {}

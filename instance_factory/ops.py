@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .algorithms import RunArgs, interpreting
+from .algorithms import RunArgs, Runner, interpreting
 from .dtypes import DataType, resolve_dtype
 from .epilogue import FusedOp, resolve_fused_op
 from .instance import Instance
@@ -118,24 +118,61 @@ def _build_plan(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, l
 
 def _check_call(op: str, plan: _Plan, a: torch.Tensor, b: torch.Tensor, ds: tuple) -> torch.device:
     """Per-call tensor checks against a cached plan; the slow, message-building checks run only on failure."""
-    (a_name, a_tensor), (b_name, b_tensor), result_tensor = _OPERANDS[op]
     ok = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == plan.a_shape
-          and b.shape == plan.b_shape and a.is_contiguous() and b.is_contiguous() and a.dtype == b.dtype
-          and a.device == b.device)
-    for d in ds:
-        ok = ok and isinstance(d, torch.Tensor) and d.shape == plan.result_shape and d.is_contiguous() \
-            and d.dtype in (plan.result_dtype, torch.float32) and d.device == a.device
-    if not ok:  # find and name the problem
-        _check_tensor(a_name, a, plan.a_shape, plan.lt, a_tensor)
-        _check_tensor(b_name, b, plan.b_shape, plan.lt, b_tensor)
-        if a.dtype != b.dtype:
-            raise TypeError(f"{a_name} is {a.dtype} but {b_name} is {b.dtype}; both operands must share a dtype")
-        for i, d in enumerate(ds):
-            _check_tensor(f"ds[{i}]", d, plan.result_shape, plan.lt, result_tensor)
-            if d.dtype not in (plan.result_dtype, torch.float32):
-                raise TypeError(f"ds[{i}] is {d.dtype}; a D must have the result's dtype {plan.result_dtype} "
-                                "or float32")
+          and b.shape == plan.b_shape and a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous())
+    if ok:
+        dev = a.device
+        ok = b.device == dev and dev.type == _DEVICE_TYPE[interpreting()]
+        for d in ds:
+            ok = ok and isinstance(d, torch.Tensor) and d.shape == plan.result_shape and d.is_contiguous() \
+                and d.dtype in (plan.result_dtype, torch.float32) and d.device == dev
+        if ok:
+            return dev
+    # find and name the problem
+    (a_name, a_tensor), (b_name, b_tensor), result_tensor = _OPERANDS[op]
+    _check_tensor(a_name, a, plan.a_shape, plan.lt, a_tensor)
+    _check_tensor(b_name, b, plan.b_shape, plan.lt, b_tensor)
+    if a.dtype != b.dtype:
+        raise TypeError(f"{a_name} is {a.dtype} but {b_name} is {b.dtype}; both operands must share a dtype")
+    for i, d in enumerate(ds):
+        _check_tensor(f"ds[{i}]", d, plan.result_shape, plan.lt, result_tensor)
+        if d.dtype not in (plan.result_dtype, torch.float32):
+            raise TypeError(f"ds[{i}] is {d.dtype}; a D must have the result's dtype {plan.result_dtype} "
+                            "or float32")
     return _check_device({a_name: a, b_name: b, **{f"ds[{i}]": d for i, d in enumerate(ds)}})
+
+
+_DEVICE_TYPE = {False: "cuda", True: "cpu"}  # the device type Triton runs on, by interpreting()
+
+
+def _plan_for(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTriple, ds: tuple, fused_op: Any,
+              wei_dtype: torch.dtype | None, compute_dtype: str | None) -> tuple[tuple | None, _Plan]:
+    """The cached plan of this problem description (key None when it cannot be cached)."""
+    key = (op, params, layout, a.dtype if isinstance(a, torch.Tensor) else None, len(ds), fused_op, wei_dtype,
+           compute_dtype)
+    try:
+        return key, _PLANS[key]
+    except KeyError:
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"{_OPERANDS[op][0][0]} must be a torch.Tensor, got {type(a).__name__}") from None
+        plan = _PLANS[key] = _build_plan(op, a, b, params, layout, len(ds), fused_op, wei_dtype, compute_dtype)
+        return key, plan
+    except TypeError:  # unhashable description: check without caching
+        return None, _build_plan(op, a, b, params, layout, len(ds), fused_op, wei_dtype, compute_dtype)
+
+
+def _choose(op: str, plan: _Plan, key: tuple | None, params: ConvParams, instance: Any, device: torch.device,
+            compute_dtype: str | None, wei_dtype: torch.dtype | None) -> Instance:
+    if instance is None:
+        return _resolve_instance(None, op, params, plan.lt, plan.dt, plan.fused, device, compute_dtype, wei_dtype)
+    name = instance if isinstance(instance, str) else getattr(instance, "name", None)
+    if key is None or (name, key) not in _ACCEPTED:
+        inst = _resolve_instance(instance, op, params, plan.lt, plan.dt, plan.fused, device, compute_dtype,
+                                 wei_dtype)
+        if key is not None:
+            _ACCEPTED.add((name, key))
+        return inst
+    return get_registry().get(instance) if isinstance(instance, str) else instance
 
 
 def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, layout: str | LayoutTriple,
@@ -148,33 +185,42 @@ def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, la
     and cached; each call re-checks the tensors themselves (shape, dtype, device, contiguity).
     """
     ds = tuple(ds)
-    dtype = a.dtype if isinstance(a, torch.Tensor) else None
-    key = (op, params, layout, dtype, len(ds), fused_op, wei_dtype, compute_dtype)
-    try:
-        plan = _PLANS[key]
-    except KeyError:
-        if not isinstance(a, torch.Tensor):
-            raise TypeError(f"{_OPERANDS[op][0][0]} must be a torch.Tensor, got {type(a).__name__}") from None
-        plan = _PLANS[key] = _build_plan(op, a, b, params, layout, len(ds), fused_op, wei_dtype, compute_dtype)
-    except TypeError:  # unhashable description: check without caching
-        plan = _build_plan(op, a, b, params, layout, len(ds), fused_op, wei_dtype, compute_dtype)
-        key = None
+    key, plan = _plan_for(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype)
     device = _check_call(op, plan, a, b, ds)
-    if instance is None:
-        inst = _resolve_instance(None, op, params, plan.lt, plan.dt, plan.fused, device, compute_dtype, wei_dtype)
-    else:
-        name = instance if isinstance(instance, str) else getattr(instance, "name", None)
-        if key is None or (name, key) not in _ACCEPTED:
-            inst = _resolve_instance(instance, op, params, plan.lt, plan.dt, plan.fused, device, compute_dtype,
-                                     wei_dtype)
-            if key is not None:
-                _ACCEPTED.add((name, key))
-        else:
-            inst = get_registry().get(instance) if isinstance(instance, str) else instance
+    inst = _choose(op, plan, key, params, instance, device, compute_dtype, wei_dtype)
     out = torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
     args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
                    alpha=float(alpha), beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.cfg, geo=plan.geo)
     return inst, args
+
+
+# bound runners per (plan key, instance, device, D dtypes): the per-problem host work done once
+_RUNNERS: dict[tuple, Runner] = {}
+_MAX_RUNNERS = 4096
+
+
+def _call(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTriple, ds: Sequence[torch.Tensor],
+          fused_op: Any, alpha: float, beta: float, wei_dtype: torch.dtype | None, compute_dtype: str | None,
+          instance: Any) -> torch.Tensor:
+    """The public ops' body: checks, instance choice, allocation, then the cached runner."""
+    ds = ds if type(ds) is tuple else tuple(ds)
+    key, plan = _plan_for(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype)
+    device = _check_call(op, plan, a, b, ds)
+    inst = _choose(op, plan, key, params, instance, device, compute_dtype, wei_dtype)
+    out = torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
+    alpha, beta = float(alpha), float(beta)
+    rkey = None if key is None else (key, inst.name, device, *(d.dtype for d in ds))
+    run = _RUNNERS.get(rkey) if rkey is not None else None
+    if run is None:
+        args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
+                       alpha=alpha, beta=beta, a=a, b=b, ds=ds, out=out, cfg=inst.cfg, geo=plan.geo)
+        run = inst.alg.bind(args)
+        if rkey is not None:
+            if len(_RUNNERS) >= _MAX_RUNNERS:
+                _RUNNERS.clear()
+            _RUNNERS[rkey] = run
+    run(a, b, out, ds, alpha, beta)
+    return out
 
 
 def conv_bwd_data(grad_out: torch.Tensor, weight: torch.Tensor, params: ConvParams, *,
@@ -182,10 +228,8 @@ def conv_bwd_data(grad_out: torch.Tensor, weight: torch.Tensor, params: ConvPara
                   alpha: float = 1.0, beta: float = 1.0, instance: Any = None,
                   compute_dtype: str | None = None) -> torch.Tensor:
     """dL/dIn = f(conv_bwd_data(grad_out, weight), D0, D1, ...), returned in the input layout."""
-    inst, args = prepare("conv_bwd_data", grad_out, weight, params, layout=layout, ds=ds, fused_op=op,
-                         alpha=alpha, beta=beta, compute_dtype=compute_dtype, instance=instance)
-    inst.alg.launch(args)
-    return args.out
+    return _call("conv_bwd_data", grad_out, weight, params, layout, ds, op, alpha, beta, None, compute_dtype,
+                 instance)
 
 
 def conv_bwd_weight(input: torch.Tensor, grad_out: torch.Tensor, params: ConvParams, *,
@@ -193,11 +237,8 @@ def conv_bwd_weight(input: torch.Tensor, grad_out: torch.Tensor, params: ConvPar
                     alpha: float = 1.0, beta: float = 1.0, wei_dtype: torch.dtype | None = None,
                     instance: Any = None, compute_dtype: str | None = None) -> torch.Tensor:
     """dL/dW = f(conv_bwd_weight(input, grad_out), D0, ...), returned in the weight layout."""
-    inst, args = prepare("conv_bwd_weight", input, grad_out, params, layout=layout, ds=ds, fused_op=op,
-                         alpha=alpha, beta=beta, wei_dtype=wei_dtype, compute_dtype=compute_dtype,
-                         instance=instance)
-    inst.alg.launch(args)
-    return args.out
+    return _call("conv_bwd_weight", input, grad_out, params, layout, ds, op, alpha, beta, wei_dtype, compute_dtype,
+                 instance)
 
 
 def make_problem_tensors(op: str, params: ConvParams, layout: str | LayoutTriple, dtype_name: str,

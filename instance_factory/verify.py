@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .algorithms import interpreting
 from .dtypes import DATA_TYPES
 from .instance import Instance
 from .ops import make_problem_tensors, prepare
@@ -66,9 +67,15 @@ def verify_instance(inst: Instance, case: Case, device: str | torch.device, seed
         kwargs["wei_dtype"] = dt.result
     _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"], fused_op=fused,
                       alpha=alpha, beta=beta, instance=inst, **kwargs)
+    run = inst.alg.bind(args)
+    run_args = (args.a, args.b, args.out, args.ds, args.alpha, args.beta)
+    if not interpreting():
+        # the first call compiles through Triton's own binder; the verified second call takes the
+        # cached direct launch that every later public call uses (fast_launch.BoundKernel)
+        run(*run_args)
     args.out.fill_(float("nan"))
     start = time.perf_counter()
-    inst.alg.launch(args)
+    run(*run_args)
     if args.out.is_cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start

@@ -126,8 +126,21 @@ def test_zero_tap_phases_exist():
     for name in ("stride>filter", "stride>filter-3d", "input<stride"):
         p = GEOMETRY[name]
         geo = ConvGeometry.build(p, layout_for("nhwgc", p.ndim))
-        phases = stride_phases(geo)
-        assert any(any(pd.ntaps == 0 for pd in ph) and all(pd.count > 0 for pd in ph) for ph in phases)
+        dims = stride_phases(geo)
+        assert all(pd.count > 0 for per_dim in dims for pd in per_dim)  # empty residues are left out
+        assert any(pd.ntaps == 0 for per_dim in dims for pd in per_dim)
+
+
+def test_phase_table_is_per_dim():
+    """A huge stride costs rows per dim, not prod(stride) rows (CK's 4096x2048-stride case)."""
+    from instance_factory.kernels.bwd_data_igemm import _phase_table
+
+    p = P(2, 1, 1, 1, 1, (3, 3), (5000, 3000), (4096, 2048), (1, 1), (1, 1), (1, 1))
+    geo = ConvGeometry.build(p, layout_for("nhwgc", 2))
+    table, (nd, nh, nw), m_max = _phase_table(geo, False, "cpu")
+    assert (nd, nh, nw) == (1, 4096, 2048)
+    assert table.numel() == 5 * (1 + 4096 + 2048)
+    assert m_max == 1 * 2 * 2
 
 
 # ------------------------------------------------------------------------------------------------

@@ -79,8 +79,8 @@ def run_case(op_name: str, p: ConvParams, family: str = "nhwgc", dtype: str = "f
     args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=alpha, beta=beta,
                    a=a, b=b, ds=ds, out=out, cfg=cfg)
     if force_int64:
-        launch = mod.launch_bwd_data if op_name == "data" else mod.launch_bwd_weight
-        assert launch(args, force_int64=True) is None
+        bind = mod.bind_bwd_data if op_name == "data" else mod.bind_bwd_weight
+        assert bind(args, force_int64=True)(args.a, args.b, args.out, args.ds, args.alpha, args.beta) is None
     else:
         assert alg.launch(args) is None
     kw = dict(ds=ds, op=op, alpha=alpha, beta=beta, user_ref=user_ref)

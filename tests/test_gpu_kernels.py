@@ -33,3 +33,44 @@ def test_every_family_on_gpu(case):
         r = verify_instance(inst, case, "cuda", seed=len(seen))
         assert r.passed, (inst.name, r.error)
     assert torch.cuda.is_available()
+
+
+def _bound_kernels(runner):
+    from instance_factory.fast_launch import BoundKernel
+
+    return [c.cell_contents for c in runner.__closure__ or () if isinstance(c.cell_contents, BoundKernel)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}-{c.dtype}-{c.params.key()}")
+def test_cached_runner_takes_the_direct_launch_and_stays_correct(case):
+    """Repeated public calls reuse one bound runner whose kernels launch through the compiled
+    kernel directly; fresh tensors each call, and a misaligned tensor falls back to Triton's binder."""
+    from instance_factory import ops
+    from instance_factory.dtypes import DATA_TYPES
+    from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
+
+    dt = DATA_TYPES[case.dtype]
+    kw = {"compute_dtype": "tf32" if dt.compute == "tf32" else None}
+    if dt.result is not None:
+        kw["wei_dtype"] = dt.result
+    fn = ops.conv_bwd_data if case.op == "conv_bwd_data" else ops.conv_bwd_weight
+    ref_fn = ref_conv_bwd_data if case.op == "conv_bwd_data" else ref_conv_bwd_weight
+    runnable, _ = get_registry().candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
+    for inst in {i.algorithm: i for i in runnable}.values():
+        for seed in range(3):
+            t = ops.make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, "cuda", seed)
+            a, b = t["a"], t["b"]
+            if seed == 2:  # same values, 2 bytes off a 16-byte boundary
+                buf = torch.empty(a.numel() + 1, dtype=a.dtype, device="cuda")
+                a = buf[1:].view(a.shape).copy_(a)
+                assert a.data_ptr() % 16
+            out = fn(a, b, case.params, layout=case.layout, ds=t["ds"], op=case.fused_op, alpha=1.5,
+                     beta=-0.5, instance=inst, **kw)
+            ref = ref_fn(t["a"], t["b"], case.params, case.layout, ds=t["ds"], op=case.fused_op, alpha=1.5,
+                         beta=-0.5)
+            err = rel_error(out, ref)
+            assert err <= dt.tolerance, (inst.name, seed, err)
+        runners = [r for k, r in ops._RUNNERS.items() if k[1] == inst.name and k[0][1] == case.params]
+        assert len(runners) == 1, inst.name
+        kernels = _bound_kernels(runners[0])
+        assert kernels and all(k._fast is not None for k in kernels), inst.name

@@ -53,9 +53,26 @@ def test_tune_writes_verified_timed_rows_and_lookup_serves_the_winner(tiers):
     assert "1 of 1 problems tuned" in table and "geometric mean" in table
 
 
+def _bind_of(launch):
+    """An Algorithm.bind whose runner calls ``launch(RunArgs)`` with each call's tensors."""
+    def bind(args):
+        def run(a, b, out, ds, alpha, beta):
+            launch(dataclasses.replace(args, a=a, b=b, out=out, ds=ds, alpha=alpha, beta=beta))
+
+        return run
+
+    return bind
+
+
+def _patch_algorithm(monkeypatch, key, launch):
+    from instance_factory import ops
+
+    monkeypatch.setattr(ops, "_RUNNERS", {})  # runners bound to the real kernels must not be reused
+    monkeypatch.setitem(ALGORITHMS, key, dataclasses.replace(ALGORITHMS[key], bind=_bind_of(launch)))
+
+
 def _patched(monkeypatch, inst, launch):
-    key = (inst.op, inst.algorithm)
-    monkeypatch.setitem(ALGORITHMS, key, dataclasses.replace(ALGORITHMS[key], launch=launch))
+    _patch_algorithm(monkeypatch, (inst.op, inst.algorithm), launch)
 
 
 def test_wrong_or_crashing_instances_are_failed_and_never_chosen(tiers, monkeypatch):
@@ -279,7 +296,7 @@ def _simulate_gpu(monkeypatch, pr):
         assert i.kernel_hash
     for alg in {i.algorithm for i in run}:
         key = (pr.op, alg)
-        monkeypatch.setitem(ALGORITHMS, key, dataclasses.replace(ALGORITHMS[key], launch=torch_launch))
+        _patch_algorithm(monkeypatch, key, torch_launch)
     monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)

@@ -156,7 +156,11 @@ def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()
                 break
             try:
                 _, args = prepare(op, t["a"], t["b"], p, layout=layout, ds=t["ds"], fused_op=fo, instance=inst)
-                launch = inst.alg.launch
+                runner = inst.alg.bind(args)
+
+                def launch(args, runner=runner):
+                    runner(args.a, args.b, args.out, args.ds, args.alpha, args.beta)
+
                 launch(args)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -245,41 +249,6 @@ def large_cases() -> list[Case]:
     ]
 
 
-def host_overhead(log) -> list[str]:
-    """Per-call host cost of the public op on a tiny problem: lookup + checks + launch."""
-    import warnings
-
-    import instance_factory as inf
-    from instance_factory.ops import make_problem_tensors
-
-    warnings.simplefilter("ignore")
-    p = ConvParams(2, 1, 1, 16, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
-    lay = "NHWGC/GKYXC/NHWGK"
-    t = make_problem_tensors("conv_bwd_data", p, lay, "fp16", 0, "cuda")
-    out = []
-    inst = inf.lookup("conv_bwd_data", p, layout=lay, dtype=torch.float16)
-    for label, fn in (("lookup hit", lambda: inf.lookup("conv_bwd_data", p, layout=lay, dtype=torch.float16)),
-                      ("conv_bwd_data(instance=None)", lambda: inf.conv_bwd_data(t["a"], t["b"], p, layout=lay)),
-                      ("raw kernel launch (launcher only)", None)):
-        if fn is None:
-            from instance_factory.ops import prepare
-
-            _, args = prepare("conv_bwd_data", t["a"], t["b"], p, layout=lay, instance=inst)
-            fn = lambda args=args: inst.alg.launch(args)  # noqa: E731
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        n = 2000
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        us = (time.perf_counter() - t0) / n * 1e6
-        out.append(f"  host cost {label:36s} {us:8.2f} us/call")
-        log.write(json.dumps({"overhead": label, "us_per_call": us}) + "\n")
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu_out"))
@@ -292,7 +261,6 @@ def main() -> int:
     ap.add_argument("--labels", help="comma-separated bench labels to run (default all)")
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--large", action="store_true")
-    ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
     ap.add_argument("--families", help="comma-separated layout families for --matrix (default all)")
     ap.add_argument("--max-algs", type=int, default=99, help="kernel families tried per case")
@@ -328,8 +296,6 @@ def main() -> int:
                            f"{len(bad)} not passing, worst error {worst:.2e}, {time.time() - t0:.0f}s")
             for r in bad[:15]:
                 print("  NOT PASS:", r.get("case"), r.get("instance", ""), r.get("status"), r.get("error", ""))
-        if ns.overhead:
-            summary += host_overhead(log)
         if ns.bench:
             rows = bench(out, log, tuple(ns.ops.split(",")), tuple(ns.labels.split(",")) if ns.labels else ())
             summary.append("bench (ms ours / ms cuDNN -> ratio > 1 means faster than cuDNN):")

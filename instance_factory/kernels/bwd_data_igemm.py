@@ -5,11 +5,13 @@ Per group g: M = N * prod(in), N_gemm = C, K_gemm = K * taps and
     dx[n, hi, c] = sum over (k, tap y) of dy[n, ho, k] * w[k, y, c],  ho = (hi + lp - y*dil) / stride
 
 where only integer, in-range ho contribute. With stride > 1 the input positions split into
-prod(stride) phases (hi = r + s*i); each phase is a dense sub-GEMM over only the taps that hit
-(``stride_phases`` in geometry.py), so no work is spent on the zero-inserted taps. All phases run in
-ONE launch: program id 0 = (tile, phase) with the phase fastest, so consecutive programs read the
-same dy rows (the phases of one tile index share their ho range) and stay in L2; the tiles of one
-phase are rasterized in groups of ``group_m`` m-tiles. Program id 1 is the group.
+stride phases (hi = r + s*i per dim); each phase is a dense sub-GEMM over only the taps that hit
+(``stride_phases`` in geometry.py), so no work is spent on the zero-inserted taps. The phase table
+is per dim (one row per residue r that has input positions, so at most min(stride, in) rows per
+dim, not prod(stride) rows: a 4096x2048 stride stays cheap) and a phase is one row of each dim.
+All phases run in ONE launch: program id 0 = (tile, phase) with the phase fastest, so consecutive
+programs read the same dy rows (the phases of one tile index share their ho range) and stay in L2;
+the tiles of one phase are rasterized in groups of ``group_m`` m-tiles. Program id 1 is the group.
 
 The reduction loop runs over the flattened (tap, k-chunk) index so Triton can software-pipeline it
 (``num_stages``); the accumulator is fp32 and the multiple-D epilogue (``apply_epilogue``) runs in
@@ -26,14 +28,15 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .geometry import ConvGeometry, stride_phases
 
-__all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "check_config", "decline", "launch"]
+__all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "bind", "check_config", "decline"]
 
 PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "spec")
 SPECS = ("default", "1x1s1p0")
@@ -41,7 +44,7 @@ SMEM_BYTES = 227 * 1024  # Hopper's opt-in shared memory per block
 _NUM_WARPS = (1, 2, 4, 8, 16)
 _MAX_BLOCK = 256
 _DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")  # the bwd-data rows of the dtype table
-_PHASE_FIELDS = 16  # per phase: (r, count, tap0, ntaps, ho_base) for D, H, W, then one pad
+_PHASE_FIELDS = 5  # per (dim, residue) row: r, count, tap0, ntaps, ho_base
 _MAX_GRID_Y = 65535
 
 
@@ -60,7 +63,7 @@ def _bwd_data_igemm_kernel(
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # grad_in (and every D) strides
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # weight strides
     ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
-    num_phases, num_pid_m, num_pid_n,  # num_pid_m: m-tiles of the largest phase
+    nph_d, nph_h, num_phases, num_pid_m, num_pid_n,  # num_pid_m: m-tiles of the largest phase
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPEC_1X1: tl.constexpr,  # 1x1 filter, stride 1, pad 0: plain GEMM over flat spatial index
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,  # K % BLOCK_K == 0, C % BLOCK_N == 0: no k / c masks
@@ -84,11 +87,14 @@ def _bwd_data_igemm_kernel(
     pid_m = first_pid_m + (tile % num_pid_in_group) % group_size_m
     pid_n = (tile % num_pid_in_group) // group_size_m
 
-    # ---- the phase's table row --------------------------------------------------------------
-    prow = phase_ptr + phase * 16
-    cnt_d = tl.load(prow + 1)
-    cnt_h = tl.load(prow + 6)
-    cnt_w = tl.load(prow + 11)
+    # ---- the phase's table rows: one per dim (residues w fastest) --------------------------
+    nph_w = num_phases // (nph_d * nph_h)
+    row_d = phase_ptr + (phase // (nph_h * nph_w)) * 5
+    row_h = phase_ptr + (nph_d + (phase // nph_w) % nph_h) * 5
+    row_w = phase_ptr + (nph_d + nph_h + phase % nph_w) * 5
+    cnt_d = tl.load(row_d + 1)
+    cnt_h = tl.load(row_h + 1)
+    cnt_w = tl.load(row_w + 1)
     m_phase = N * cnt_d * cnt_h * cnt_w
     if pid_m * BLOCK_M >= m_phase:
         return  # this phase has fewer m-tiles than the largest one
@@ -137,18 +143,18 @@ def _bwd_data_igemm_kernel(
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
     else:
-        r_d = tl.load(prow + 0)
-        tap0_d = tl.load(prow + 2)
-        nt_d = tl.load(prow + 3)
-        hb_d = tl.load(prow + 4)
-        r_h = tl.load(prow + 5)
-        tap0_h = tl.load(prow + 7)
-        nt_h = tl.load(prow + 8)
-        hb_h = tl.load(prow + 9)
-        r_w = tl.load(prow + 10)
-        tap0_w = tl.load(prow + 12)
-        nt_w = tl.load(prow + 13)
-        hb_w = tl.load(prow + 14)
+        r_d = tl.load(row_d + 0)
+        tap0_d = tl.load(row_d + 2)
+        nt_d = tl.load(row_d + 3)
+        hb_d = tl.load(row_d + 4)
+        r_h = tl.load(row_h + 0)
+        tap0_h = tl.load(row_h + 2)
+        nt_h = tl.load(row_h + 3)
+        hb_h = tl.load(row_h + 4)
+        r_w = tl.load(row_w + 0)
+        tap0_w = tl.load(row_w + 2)
+        nt_w = tl.load(row_w + 3)
+        hb_w = tl.load(row_w + 4)
 
         # m -> (n, i_d, i_h, i_w) of this phase; input position hi = r + s*i
         i_w = offs_m % cnt_w
@@ -282,32 +288,20 @@ def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType
     return None
 
 
-_PHASE_CACHE: dict = {}
+def _phase_table(geo: ConvGeometry, spec_1x1: bool, device: torch.device) -> tuple:
+    """(int32 tensor of per-dim rows on ``device``, (rows of D, H, W), largest phase's prod(count)).
 
-
-def _phase_table(geo: ConvGeometry, spec_1x1: bool, device) -> tuple:
-    """(int32 tensor [phases*16] on ``device``, phases, largest phase's prod(count))."""
-    key = (geo.in3, geo.filt3, geo.stride3, geo.dil3, geo.pad3, spec_1x1, str(device))
-    hit = _PHASE_CACHE.get(key)
-    if hit is not None:
-        return hit
+    Only residues with input positions get a row, so a dim has min(stride, in) rows at most.
+    """
     if spec_1x1:
-        rows = [[0, geo.in3[0], 0, 1, 0, 0, geo.in3[1], 0, 1, 0, 0, geo.in3[2], 0, 1, 0, 0]]
+        dims = [[(0, n, 0, 1, 0)] for n in geo.in3]
     else:
-        rows = []
-        for ph in stride_phases(geo):
-            row: list[int] = []
-            for pd in ph:
-                row += [pd.r, pd.count, pd.tap0, pd.ntaps, pd.ho_base]
-            rows.append(row + [0])
-    assert all(len(r) == _PHASE_FIELDS for r in rows)
-    m_max = max(r[1] * r[6] * r[11] for r in rows)
-    table = torch.tensor(rows, dtype=torch.int32).flatten().to(device)
-    if len(_PHASE_CACHE) > 256:
-        _PHASE_CACHE.clear()
-    out = (table, len(rows), m_max)
-    _PHASE_CACHE[key] = out
-    return out
+        dims = [[(pd.r, pd.count, pd.tap0, pd.ntaps, pd.ho_base) for pd in per_dim if pd.count > 0]
+                for per_dim in stride_phases(geo)]
+    m_max = math.prod(max(row[1] for row in rows) for rows in dims)
+    flat = [v for rows in dims for row in rows for v in row]
+    assert len(flat) == _PHASE_FIELDS * sum(len(rows) for rows in dims)
+    return torch.tensor(flat, dtype=torch.int32).to(device), tuple(len(rows) for rows in dims), m_max
 
 
 def _packed(strides: tuple[int, ...], lens: tuple[int, int, int]) -> bool:
@@ -316,8 +310,8 @@ def _packed(strides: tuple[int, ...], lens: tuple[int, int, int]) -> bool:
     return (lens[1] == 1 or sh == lens[2] * sw) and (lens[0] == 1 or sd == lens[1] * lens[2] * sw)
 
 
-def launch(args: RunArgs) -> None:
-    """Fill ``args.out`` (preallocated grad_in, contiguous in the input layout) in one launch."""
+def bind(args: RunArgs) -> Runner:
+    """Everything but the tensors, computed once: a runner that fills a preallocated grad_in."""
     geo, cfg, dt = args.geo, args.cfg, args.dtype
     spec_1x1 = cfg["spec"] == "1x1s1p0"
     assert dt.name in _DTYPES, dt.name
@@ -327,40 +321,39 @@ def launch(args: RunArgs) -> None:
         assert geo.in3 == geo.out3
         assert _packed(geo.x_strides[3:], geo.in3) and _packed(geo.y_strides[3:], geo.out3)
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
-    table, n_phases, m_cnt = _phase_table(geo, spec_1x1, args.out.device)
+    table, (nph_d, nph_h, nph_w), m_cnt = _phase_table(geo, spec_1x1, args.out.device)
+    n_phases = nph_d * nph_h * nph_w
     num_pid_m = triton.cdiv(geo.N * m_cnt, bm)
     num_pid_n = triton.cdiv(geo.C, bn)
     grid = (n_phases * num_pid_m * num_pid_n, geo.G)
 
     upcast = interpreting() and dt.data == torch.bfloat16
     precision = "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
-    ds = tuple(args.ds)
-    d0, d1, d2, d3 = epilogue_args(ds, args.out)
+    n_ds = len(args.ds)
     s, d = geo.stride3, geo.dil3
     steps = [s[a] // math.gcd(s[a], d[a]) for a in range(3)]
     hsteps = [d[a] // math.gcd(s[a], d[a]) for a in range(3)]
-    _bwd_data_igemm_kernel[grid](
-        args.a, args.b, args.out, d0, d1, d2, d3, table,
-        float(args.alpha), float(args.beta),
-        geo.N, geo.K, geo.C,
-        *geo.out3,
-        *s,
-        *steps,
-        *hsteps,
-        *geo.x_strides,
-        *geo.w_strides,
-        *geo.y_strides,
-        n_phases, num_pid_m, num_pid_n,
+    scalars = (
+        geo.N, geo.K, geo.C, *geo.out3, *s, *steps, *hsteps,
+        *geo.x_strides, *geo.w_strides, *geo.y_strides,
+        nph_d, nph_h, n_phases, num_pid_m, num_pid_n,
+    )
+    kernel = BoundKernel(
+        _bwd_data_igemm_kernel, grid,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["group_m"],
         SPEC_1X1=spec_1x1,
         EVEN_K=geo.K % bk == 0, EVEN_N=geo.C % bn == 0,
         USE_INT64=geo.needs_int64,
         UPCAST=upcast,
         PRECISION=precision,
-        OP=args.fused.code, NUM_DS=len(ds), USER_FN=user_fn_or_noop(args.user_fn),
+        OP=args.fused.code, NUM_DS=n_ds, USER_FN=user_fn_or_noop(args.user_fn),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
-    return None
+
+    def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        kernel(dy, w, out, *epilogue_args(ds, out), table, alpha, beta, *scalars)
+
+    return run
 
 
 ALGORITHM = register_algorithm(Algorithm(
@@ -369,7 +362,7 @@ ALGORITHM = register_algorithm(Algorithm(
     param_names=PARAM_NAMES,
     check_config=check_config,
     decline=decline,
-    launch=launch,
+    bind=bind,
     description=(
         "implicit GEMM dL/dIn per group (M = N*prod(in), N = C, K = K*taps) with all stride phases "
         "in one launch, flattened (tap, k) pipelined loop, grouped rasterization, fp32 accumulate, "

@@ -65,9 +65,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
 from ..dtypes import DataType
 from ..epilogue import MAX_DS, FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 
@@ -75,11 +76,11 @@ __all__ = [
     "FAMILIES",
     "PARAM_NAMES",
     "SPECS",
+    "bind",
     "check_config",
     "choose_split_k",
     "chunk_iters",
     "decline",
-    "launch",
     "sm_count",
 ]
 
@@ -484,8 +485,8 @@ def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     return (sizes[1] == 1 or sh == ww * sw) and (sizes[0] == 1 or sd == hh * ww * sw)
 
 
-def launch(args: RunArgs, family: str = "splitk_reduce") -> None:
-    """Fill ``args.out`` with the weight gradient using the ``family`` algorithm."""
+def bind(args: RunArgs, family: str = "splitk_reduce") -> Runner:
+    """A runner filling grad_wei with the ``family`` algorithm; every size is fixed here once."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
     why = _decline(family, cfg, p, args.layout, dt, args.fused)
     if why is not None:
@@ -529,49 +530,48 @@ def launch(args: RunArgs, family: str = "splitk_reduce") -> None:
         mode, slices = _MODE_SLICE, split
     int64 = bool(_FORCE_INT64 or geo.needs_int64 or max(slices, 1) * geo.w_numel >= 2**31 - 1)
 
-    if mode == _MODE_FUSED:
-        ws = out
-    elif mode == _MODE_ATOMIC:
-        ws = torch.zeros(geo.w_numel, dtype=torch.float32, device=dev)
-    else:
-        ws = torch.empty(slices * geo.w_numel, dtype=torch.float32, device=dev)
-
     fp8 = dt.compute == "fp8"
     upcast = interpreting() and dt.data == torch.bfloat16
     precision = "tf32" if dt.compute == "tf32" or dt.data != torch.float32 else "ieee"
     if upcast:
         precision = "ieee"
-    ds = epilogue_args(tuple(args.ds), out)
-    user_fn = user_fn_or_noop(args.user_fn)
-    alpha, beta = float(args.alpha), float(args.beta)
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
 
     Di, Hi, Wi = geo.in3
     Do, Ho, Wo = geo.out3
     _, FY, FX = geo.filt3
-    _bwd_weight_gemm_kernel[grid](
-        args.a, args.b, out, ws, *ds, alpha, beta,
-        geo.G, geo.K, geo.C, geo.taps,
-        Di, Hi, Wi, Do, Ho, Wo, FY, FX,
-        *geo.stride3, *geo.dil3, *geo.pad3,
-        *geo.x_strides, *geo.w_strides, *geo.y_strides,
-        R, P, iters_per_split, total_iters, geo.w_numel,
+    sizes = (geo.G, geo.K, geo.C, geo.taps, Di, Hi, Wi, Do, Ho, Wo, FY, FX,
+             *geo.stride3, *geo.dil3, *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides,
+             R, P, iters_per_split, total_iters, geo.w_numel)
+    gemm = BoundKernel(
+        _bwd_weight_gemm_kernel, grid,
         BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"],
         CHUNK_ITERS=chunk_iters(cfg["block_k"]),
         MODE=mode, FLAT_TAPS=flat_taps, SPEC_1X1=spec_1x1, FLAT_R=flat_r,
         INT64=int64, UPCAST_F32=upcast, FP8=fp8, FP8_PREROUND=fp8 and interpreting(),
         INPUT_PRECISION=precision,
-        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **epi,
     )
     if mode == _MODE_FUSED:
-        return None
-    _bwd_weight_finalize_kernel[(triton.cdiv(geo.w_numel, FINALIZE_BLOCK),)](
-        ws, out, *ds, alpha, beta, geo.w_numel, slices,
-        BLOCK=FINALIZE_BLOCK, INT64=int64,
-        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn,
-        num_warps=4,
-    )
-    return None
+        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
+                      beta: float) -> None:
+            gemm(x, dy, out, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+
+        return run_fused
+
+    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(geo.w_numel, FINALIZE_BLOCK),),
+                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    ws_numel, w_numel = max(slices, 1) * geo.w_numel, geo.w_numel
+    make_ws = torch.zeros if mode == _MODE_ATOMIC else torch.empty  # atomics add into zeros
+
+    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
+                  beta: float) -> None:
+        ws = make_ws(ws_numel, dtype=torch.float32, device=out.device)
+        d = epilogue_args(ds, out)
+        gemm(x, dy, out, ws, *d, alpha, beta, *sizes)
+        finalize(ws, out, *d, alpha, beta, w_numel, slices)
+
+    return run_split
 
 
 # ------------------------------------------------------------------------------------------------
@@ -598,11 +598,11 @@ def _make(family: str) -> Algorithm:
              fused: FusedOp) -> str | None:
         return _decline(family, cfg, params, layout, dtype, fused)
 
-    def _launch(args: RunArgs) -> None:
-        return launch(args, family)
+    def _bind(args: RunArgs) -> Runner:
+        return bind(args, family)
 
     return Algorithm(op=OP_NAME, name=family, param_names=PARAM_NAMES, check_config=_check,
-                     decline=_dec, launch=_launch, description=_DESCRIPTIONS[family])
+                     decline=_dec, bind=_bind, description=_DESCRIPTIONS[family])
 
 
 ALGS: dict[str, Algorithm] = {f: register_algorithm(_make(f)) for f in FAMILIES}

@@ -39,9 +39,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 
@@ -54,8 +55,8 @@ __all__ = [
     "check_config_bwd_weight",
     "decline_bwd_data",
     "decline_bwd_weight",
-    "launch_bwd_data",
-    "launch_bwd_weight",
+    "bind_bwd_data",
+    "bind_bwd_weight",
 ]
 
 MAX_CHANNELS_PER_GROUP = 8
@@ -348,13 +349,13 @@ def auto_split(params: ConvParams, block_p: int, block_ch: int, num_warps: int, 
     return int(max(1, min(want, P // min_chunk, _MAX_SPLIT)))
 
 
-def launch_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> None:
-    """Fill ``args.out`` (grad_wei, final dtype) from ``args.a`` (input) and ``args.b`` (grad_out)."""
+def bind_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> Runner:
+    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
     block_p, block_ch = int(cfg["block_p"]), int(cfg["block_ch"])
     num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
-    x, dy, out = args.a, args.b, args.out
-    for name, t in (("input", x), ("grad_out", dy), ("grad_wei", out), *(("a D", d) for d in args.ds)):
+    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
+                    *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
             raise ValueError(f"direct conv_bwd_weight needs a contiguous {name} tensor")
     taps = geo.taps
@@ -362,7 +363,7 @@ def launch_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> None:
     P = geo.N * math.prod(geo.out3)
     nt = _taps_per_program(taps, block_ch, num_warps)
     if split <= 0:
-        split = auto_split(p, block_p, block_ch, num_warps, x.element_size(), _sm_count(str(out.device)))
+        split = auto_split(p, block_p, block_ch, num_warps, args.a.element_size(), _sm_count(str(args.out.device)))
     split = max(1, min(split, P, _MAX_SPLIT))
     chunk = triton.cdiv(P, split)
     split = triton.cdiv(P, chunk)  # no empty trailing chunks
@@ -370,47 +371,38 @@ def launch_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> None:
     use_int64 = (force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT
                  or P + chunk + block_p >= _INT32_LIMIT)
     final = split == 1
-    ws = out if final else torch.empty(split * total, dtype=torch.float32, device=out.device)
-    ds = epilogue_args(tuple(args.ds), out)
-    user_fn = user_fn_or_noop(args.user_fn)
-    op, nds = args.fused.code, len(args.ds)
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    geo_args = (*geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps, *geo.stride3, *geo.dil3, *geo.pad3,
+                *geo.x_strides, *geo.w_strides, *geo.y_strides)
     kc = geo.K * geo.C
+    common = dict(BLOCK_P=block_p, NT=nt, BLOCK_T=triton.next_power_of_2(nt), FINAL=final, USE_INT64=use_int64,
+                  num_warps=num_warps, **epi)
     if kc > 1:
         # few-channel groups: block_ch flattened (g, k, c) channels = block_g whole groups
         kp, cp = triton.next_power_of_2(geo.K), triton.next_power_of_2(geo.C)
         block_g = max(1, block_ch // (kp * cp))
-        grid = (triton.cdiv(geo.G, block_g), triton.cdiv(taps, nt), split)
-        _dw_grouped_kernel[grid](
-            x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
-            geo.G, P, chunk,
-            *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
-            *geo.stride3, *geo.dil3, *geo.pad3,
-            *geo.x_strides, *geo.w_strides, *geo.y_strides,
-            K=geo.K, C=geo.C, KP=kp, CP=cp, BLOCK_P=block_p, BLOCK_G=block_g,
-            NT=nt, BLOCK_T=triton.next_power_of_2(nt),
-            FINAL=final, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn,
-            num_warps=num_warps,
-        )
+        main = BoundKernel(_dw_grouped_kernel, (triton.cdiv(geo.G, block_g), triton.cdiv(taps, nt), split),
+                           K=geo.K, C=geo.C, KP=kp, CP=cp, BLOCK_G=block_g, **common)
+        sizes = (geo.G, P, chunk, *geo_args)
     else:  # depthwise (C = K = 1): the flattened channel is g, contiguous rows
-        grid = (triton.cdiv(gkc, block_ch), triton.cdiv(taps, nt), split)
-        _dw_direct_kernel[grid](
-            x, dy, out, ws, *ds, float(args.alpha), float(args.beta),
-            gkc, kc, geo.C, P, chunk,
-            *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
-            *geo.stride3, *geo.dil3, *geo.pad3,
-            *geo.x_strides, *geo.w_strides, *geo.y_strides,
-            BLOCK_P=block_p, BLOCK_CH=block_ch, NT=nt, BLOCK_T=triton.next_power_of_2(nt),
-            FINAL=final, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn,
-            num_warps=num_warps,
-        )
-    if not final:
-        _dw_finalize_kernel[(triton.cdiv(total, _FINALIZE_BLOCK),)](
-            ws, out, *ds, float(args.alpha), float(args.beta),
-            total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2],
-            *geo.w_strides,
-            BLOCK=_FINALIZE_BLOCK, USE_INT64=use_int64, OP=op, NUM_DS=nds, USER_FN=user_fn,
-            num_warps=4,
-        )
+        main = BoundKernel(_dw_direct_kernel, (triton.cdiv(gkc, block_ch), triton.cdiv(taps, nt), split),
+                           BLOCK_CH=block_ch, **common)
+        sizes = (gkc, kc, geo.C, P, chunk, *geo_args)
+    finalize = None if final else BoundKernel(
+        _dw_finalize_kernel, (triton.cdiv(total, _FINALIZE_BLOCK),),
+        BLOCK=_FINALIZE_BLOCK, USE_INT64=use_int64, num_warps=4, **epi)
+    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
+
+    def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        d = epilogue_args(ds, out)
+        if finalize is None:
+            main(x, dy, out, out, *d, alpha, beta, *sizes)
+            return
+        ws = torch.empty(split * total, dtype=torch.float32, device=out.device)
+        main(x, dy, out, ws, *d, alpha, beta, *sizes)
+        finalize(ws, out, *d, alpha, beta, *fin_sizes)
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------
@@ -438,9 +430,12 @@ def _dx_direct_kernel(
     phase = tl.program_id(2)
 
     # ---- the stride phase (r_d, r_h, r_w) and its position counts ---------------------------
-    r_w = phase % s_w
-    r_h = (phase // s_w) % s_h
-    r_d = phase // (s_w * s_h)
+    # only residues below the input length hold positions: min(s, in) phases per dim
+    nr_w = tl.minimum(s_w, Wi)
+    nr_h = tl.minimum(s_h, Hi)
+    r_w = phase % nr_w
+    r_h = (phase // nr_w) % nr_h
+    r_d = phase // (nr_w * nr_h)
     cnt_d = (Di - r_d + s_d - 1) // s_d
     cnt_h = (Hi - r_h + s_h - 1) // s_h
     cnt_w = (Wi - r_w + s_w - 1) // s_w
@@ -508,32 +503,37 @@ def _phase_counts(geo) -> tuple[int, int, int]:
     return tuple(triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))  # type: ignore[return-value]
 
 
-def launch_bwd_data(args: RunArgs, *, force_int64: bool = False) -> None:
-    """Fill ``args.out`` (grad_in, final dtype) from ``args.a`` (grad_out) and ``args.b`` (weight)."""
+def _num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """Stride phases that hold input positions: min(stride, in) per dim."""
+    return math.prod(min(s, i) for s, i in zip(strides, input_lens))
+
+
+def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
+    """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
     block_p, block_ch, num_warps = int(cfg["block_p"]), int(cfg["block_ch"]), int(cfg["num_warps"])
-    dy, w, out = args.a, args.b, args.out
-    for name, t in (("grad_out", dy), ("weight", w), ("grad_in", out), *(("a D", d) for d in args.ds)):
+    for name, t in (("grad_out", args.a), ("weight", args.b), ("grad_in", args.out),
+                    *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
             raise ValueError(f"direct conv_bwd_data needs a contiguous {name} tensor")
     md, mh, mw = _phase_counts(geo)
     n_pos = geo.N * md * mh * mw
     gc = geo.G * geo.C
-    phases = math.prod(geo.stride3)
     use_int64 = force_int64 or geo.needs_int64 or n_pos + block_p >= _INT32_LIMIT
-    ds = epilogue_args(tuple(args.ds), out)
-    grid = (triton.cdiv(n_pos, block_p), triton.cdiv(gc, block_ch), phases)
-    _dx_direct_kernel[grid](
-        dy, w, out, *ds, float(args.alpha), float(args.beta),
-        geo.N, gc, geo.C,
-        *geo.in3, *geo.out3, *geo.filt3,
-        *geo.stride3, *geo.dil3, *geo.pad3,
-        md, mh, mw,
-        *geo.x_strides, *geo.w_strides, *geo.y_strides,
+    grid = (triton.cdiv(n_pos, block_p), triton.cdiv(gc, block_ch), _num_phases(geo.in3, geo.stride3))
+    kernel = BoundKernel(
+        _dx_direct_kernel, grid,
         K=geo.K, BLOCK_P=block_p, BLOCK_CH=block_ch, USE_INT64=use_int64,
         OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
         num_warps=num_warps,
     )
+    sizes = (geo.N, gc, geo.C, *geo.in3, *geo.out3, *geo.filt3, *geo.stride3, *geo.dil3, *geo.pad3,
+             md, mh, mw, *geo.x_strides, *geo.w_strides, *geo.y_strides)
+
+    def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        kernel(dy, w, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------
@@ -601,8 +601,9 @@ def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: Data
         return reason
     if triton.cdiv(p.G * p.C, cfg["block_ch"]) > _MAX_GRID_YZ:
         return f"G*C={p.G * p.C} needs more than {_MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
-    if math.prod(p.stride) > _MAX_GRID_YZ:
-        return f"{math.prod(p.stride)} stride phases exceed the grid's {_MAX_GRID_YZ}"
+    phases = _num_phases(p.input, p.stride)
+    if phases > _MAX_GRID_YZ:
+        return f"{phases} stride phases exceed the grid's {_MAX_GRID_YZ}"
     return None
 
 
@@ -624,14 +625,14 @@ _WEIGHT_PARAMS = ("block_p", "block_ch", "num_warps", "split")
 
 ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
     op="conv_bwd_data", name="direct", param_names=_DATA_PARAMS,
-    check_config=check_config_bwd_data, decline=decline_bwd_data, launch=launch_bwd_data,
+    check_config=check_config_bwd_data, decline=decline_bwd_data, bind=bind_bwd_data,
     description="direct (no tensor cores) depthwise / few-channel grouped dgrad: vectorized over "
                 "the flattened (g, c) axis, one stride phase per program, fused epilogue",
 ))
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
     op="conv_bwd_weight", name="direct", param_names=_WEIGHT_PARAMS,
-    check_config=check_config_bwd_weight, decline=decline_bwd_weight, launch=launch_bwd_weight,
+    check_config=check_config_bwd_weight, decline=decline_bwd_weight, bind=bind_bwd_weight,
     description="direct (no tensor cores) depthwise / few-channel grouped wgrad: [taps x channels] "
                 "fp32 accumulators per program, split reduction with a deterministic fp32 reduce",
 ))

@@ -84,15 +84,16 @@ def _phase_dim(r: int, n_in: int, f: int, s: int, d: int, lp: int) -> PhaseDim:
     return PhaseDim(r, count, tap0, ntaps, step, (r + lp - tap0 * d) // s, ho_step)
 
 
-def stride_phases(geo: ConvGeometry) -> list[tuple[PhaseDim, PhaseDim, PhaseDim]]:
-    """All stride phases (prod(stride) of them) with their taps, for the implicit-col2im GEMM.
+def stride_phases(geo: ConvGeometry) -> tuple[list[PhaseDim], list[PhaseDim], list[PhaseDim]]:
+    """Per spatial dim (D, H, W), the stride phases that hold input positions, with their taps.
 
     For input position hi the taps y with (hi + lp - y*dil) divisible by s depend only on
-    r = hi mod s, so each phase is a dense sub-GEMM over just those taps (no zero insertion).
+    r = hi mod s, so each phase is a dense sub-GEMM over just those taps (no zero insertion). A
+    phase of the whole problem is one PhaseDim of each dim; residues r >= in have no input
+    position and are left out, so a dim has min(stride, in) phases.
     """
-    dims = [
+    return tuple(  # type: ignore[return-value]
         [_phase_dim(r, geo.in3[a], geo.filt3[a], geo.stride3[a], geo.dil3[a], geo.pad3[a])
-         for r in range(geo.stride3[a])]
+         for r in range(min(geo.stride3[a], geo.in3[a]))]
         for a in range(3)
-    ]
-    return [(pd, ph, pw) for pd in dims[0] for ph in dims[1] for pw in dims[2]]
+    )
