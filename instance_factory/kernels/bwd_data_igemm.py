@@ -52,6 +52,27 @@ _MAX_GRID_Y = 65535
 # the kernel
 # ------------------------------------------------------------------------------------------------
 @triton.jit
+def _load_tiles(a_ptrs, b_ptrs, row_ok, b_col_ok, ks, K, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+                UPCAST: tl.constexpr):
+    """The dy tile [BLOCK_M, BLOCK_K] (rows masked by ``row_ok``) and the weight tile
+    [BLOCK_K, BLOCK_N] of one reduction step; k / c masks only where the sizes are not even."""
+    if EVEN_K:
+        a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        if EVEN_N:
+            b = tl.load(b_ptrs)
+        else:
+            b = tl.load(b_ptrs, mask=b_col_ok, other=0.0)
+    else:
+        k_ok = ks < K
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & b_col_ok, other=0.0)
+    if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return a, b
+
+
+@triton.jit
 def _bwd_data_igemm_kernel(
     dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, phase_ptr,
     alpha, beta,
@@ -126,21 +147,8 @@ def _bwd_data_igemm_kernel(
         b_base = w_ptr + g * ws_g + b_cols
         for kt in range(0, k_tiles):
             ks = kt * BLOCK_K + offs_k
-            a_ptrs = a_rows + ks[None, :] * ys_k
-            b_ptrs = b_base + ks[:, None] * ws_k
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=m_ok[:, None], other=0.0)
-                if EVEN_N:
-                    b = tl.load(b_ptrs)
-                else:
-                    b = tl.load(b_ptrs, mask=b_col_ok, other=0.0)
-            else:
-                k_ok = ks < K
-                a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_ok[:, None] & b_col_ok, other=0.0)
-            if UPCAST:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
+            a, b = _load_tiles(a_rows + ks[None, :] * ys_k, b_base + ks[:, None] * ws_k, m_ok, b_col_ok, ks, K,
+                               EVEN_K, EVEN_N, UPCAST)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
     else:
         r_d = tl.load(row_d + 0)
@@ -198,21 +206,8 @@ def _bwd_data_igemm_kernel(
             a_shift = j_d * hstep_d * ys_d + j_h * hstep_h * ys_h + j_w * hstep_w * ys_w
             b_shift = j_d * step_d * ws_z + j_h * step_h * ws_y + j_w * step_w * ws_x
             ks = kt * BLOCK_K + offs_k
-            a_ptrs = a_rows - a_shift + ks[None, :] * ys_k
-            b_ptrs = b_base + b_shift + ks[:, None] * ws_k
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-                if EVEN_N:
-                    b = tl.load(b_ptrs)
-                else:
-                    b = tl.load(b_ptrs, mask=b_col_ok, other=0.0)
-            else:
-                k_ok = ks < K
-                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_ok[:, None] & b_col_ok, other=0.0)
-            if UPCAST:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
+            a, b = _load_tiles(a_rows - a_shift + ks[None, :] * ys_k, b_base + b_shift + ks[:, None] * ws_k,
+                               row_ok, b_col_ok, ks, K, EVEN_K, EVEN_N, UPCAST)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     # ---- fused multiple-D epilogue in registers, one store ------------------------------------

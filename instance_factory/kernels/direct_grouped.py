@@ -74,6 +74,51 @@ _INT32_LIMIT = 2**31 - 1
 # conv_bwd_weight
 # ------------------------------------------------------------------------------------------------
 @triton.jit
+def _reduction_chunk(pid_s, chunk, P, BLOCK_P: tl.constexpr, USE_INT64: tl.constexpr):
+    """This program's slice [p_start, p_end) of the flattened (n, od, oh, ow) reduction, its split
+    index and the in-tile position offsets."""
+    sid = pid_s
+    if USE_INT64:
+        sid = sid.to(tl.int64)
+    p_start = sid * chunk
+    p_end = tl.minimum(p_start + chunk, P)
+    prow = tl.arange(0, BLOCK_P)
+    if USE_INT64:
+        prow = prow.to(tl.int64)
+    return sid, p_start, p_end, prow
+
+
+@triton.jit
+def _split_position(p, Do, Ho, Wo):
+    """Flattened output position -> (n, od, oh, ow)."""
+    ow = p % Wo
+    q = p // Wo
+    oh = q % Ho
+    q = q // Ho
+    od = q % Do
+    return q // Do, od, oh, ow
+
+
+@triton.jit
+def _tap_of(t, FY, FX):
+    """Flat tap index -> (z, y, x)."""
+    return t // (FY * FX), (t // FX) % FY, t % FX
+
+
+@triton.jit
+def _tap_input(t, b_d, b_h, b_w, pm, FY, FX, TAPS, dil_d, dil_h, dil_w, Di, Hi, Wi, xs_d, xs_h, xs_w):
+    """For tap t: which positions read an in-range input element, and the tap's input offset."""
+    tz, ty, tx = _tap_of(t, FY, FX)
+    i_d = b_d + tz * dil_d
+    i_h = b_h + ty * dil_h
+    i_w = b_w + tx * dil_w
+    # t < TAPS folded into an integer limit (a scalar-bool & vector-bool mask mistypes in the interpreter)
+    lim_w = tl.where(t < TAPS, Wi, 0)
+    xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
+    return xm, tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+
+
+@triton.jit
 def _dw_direct_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
@@ -112,26 +157,14 @@ def _dw_direct_kernel(
     trow = tl.arange(0, BLOCK_T)
 
     # ---- the reduction chunk, walked in tiles of BLOCK_P positions ------------------------------
-    sid = pid_s
-    if USE_INT64:
-        sid = sid.to(tl.int64)
-    p_start = sid * chunk
-    p_end = tl.minimum(p_start + chunk, P)
-    prow = tl.arange(0, BLOCK_P)
-    if USE_INT64:
-        prow = prow.to(tl.int64)
+    sid, p_start, p_end, prow = _reduction_chunk(pid_s, chunk, P, BLOCK_P, USE_INT64)
 
     acc = tl.zeros((BLOCK_T, BLOCK_CH), dtype=tl.float32)
     for p0 in range(p_start, p_end, BLOCK_P):
         # position decomposition once per tile (vector over the tile's positions)
         p = p0 + prow
         pm = p < p_end
-        ow = p % Wo
-        q = p // Wo
-        oh = q % Ho
-        q = q // Ho
-        od = q % Do
-        n = q // Do
+        n, od, oh, ow = _split_position(p, Do, Ho, Wo)
         ymask = pm[:, None] & cmask[None, :]
         y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
         dyv = tl.load(dy_ptr + (y_pos[:, None] + y_ch[None, :]), mask=ymask, other=0.0).to(tl.float32)
@@ -141,17 +174,8 @@ def _dw_direct_kernel(
         x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
         for tt in tl.static_range(NT):
             t = t0 + tt
-            tz = t // (FY * FX)
-            ty = (t // FX) % FY
-            tx = t % FX
-            i_d = b_d + tz * dil_d
-            i_h = b_h + ty * dil_h
-            i_w = b_w + tx * dil_w
-            # t < TAPS folded into an integer limit (a scalar-bool & vector-bool mask mistypes in
-            # the interpreter)
-            lim_w = tl.where(t < TAPS, Wi, 0)
-            xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
-            x_tap = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+            xm, x_tap = _tap_input(t, b_d, b_h, b_w, pm, FY, FX, TAPS, dil_d, dil_h, dil_w, Di, Hi, Wi,
+                                   xs_d, xs_h, xs_w)
             xv = tl.load(x_ptr + ((x_pos + x_tap)[:, None] + x_ch[None, :]),
                          mask=xm[:, None] & cmask[None, :], other=0.0).to(tl.float32)
             part = tl.sum(xv * dyv, axis=0)
@@ -160,9 +184,7 @@ def _dw_direct_kernel(
     t = t0 + trow
     tmask = (trow < NT) & (t < TAPS)
     if FINAL:
-        tz = t // (FY * FX)
-        ty = (t // FX) % FY
-        tx = t % FX
+        tz, ty, tx = _tap_of(t, FY, FX)
         w_ch = g * ws_g + k * ws_k + c * ws_c
         w_tap = tz * ws_z + ty * ws_y + tx * ws_x
         offs = w_tap[:, None] + w_ch[None, :]
@@ -214,25 +236,13 @@ def _dw_grouped_kernel(
     trow = tl.arange(0, BLOCK_T)
     t4 = trow[:, None, None, None]
 
-    sid = pid_s
-    if USE_INT64:
-        sid = sid.to(tl.int64)
-    p_start = sid * chunk
-    p_end = tl.minimum(p_start + chunk, P)
-    prow = tl.arange(0, BLOCK_P)
-    if USE_INT64:
-        prow = prow.to(tl.int64)
+    sid, p_start, p_end, prow = _reduction_chunk(pid_s, chunk, P, BLOCK_P, USE_INT64)
 
     acc = tl.zeros((BLOCK_T, BLOCK_G, KP, CP), dtype=tl.float32)
     for p0 in range(p_start, p_end, BLOCK_P):
         p = p0 + prow
         pm = p < p_end
-        ow = p % Wo
-        q = p // Wo
-        oh = q % Ho
-        q = q // Ho
-        od = q % Do
-        n = q // Do
+        n, od, oh, ow = _split_position(p, Do, Ho, Wo)
         y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
         dyv = tl.load(dy_ptr + (y_pos[:, None, None] + y_gk[None, :, :]),
                       mask=pm[:, None, None] & gk_mask[None, :, :], other=0.0).to(tl.float32)
@@ -243,15 +253,8 @@ def _dw_grouped_kernel(
         x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
         for tt in tl.static_range(NT):
             t = t0 + tt
-            tz = t // (FY * FX)
-            ty = (t // FX) % FY
-            tx = t % FX
-            i_d = b_d + tz * dil_d
-            i_h = b_h + ty * dil_h
-            i_w = b_w + tx * dil_w
-            lim_w = tl.where(t < TAPS, Wi, 0)
-            xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
-            x_tap = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+            xm, x_tap = _tap_input(t, b_d, b_h, b_w, pm, FY, FX, TAPS, dil_d, dil_h, dil_w, Di, Hi, Wi,
+                                   xs_d, xs_h, xs_w)
             xv = tl.load(x_ptr + ((x_pos + x_tap)[:, None, None] + x_gc[None, :, :]),
                          mask=xm[:, None, None] & gc_mask[None, :, :], other=0.0).to(tl.float32)
             part = tl.sum(dy4 * xv[:, :, None, :], axis=0)  # [BG, KP, CP]
@@ -264,9 +267,7 @@ def _dw_grouped_kernel(
     c4 = cc[None, None, None, :]
     mask = tmask[:, None, None, None] & (g4 < G) & (k4 < K) & (c4 < C)
     if FINAL:
-        tz = t // (FY * FX)
-        ty = (t // FX) % FY
-        tx = t % FX
+        tz, ty, tx = _tap_of(t, FY, FX)
         w_tap = (tz * ws_z + ty * ws_y + tx * ws_x)[:, None, None, None]
         offs = w_tap + g4 * ws_g + k4 * ws_k + c4 * ws_c
         acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
@@ -303,9 +304,7 @@ def _dw_finalize_kernel(
     kc = j % KC
     k = kc // C
     c = kc % C
-    tz = t // (FY * FX)
-    ty = (t // FX) % FY
-    tx = t % FX
+    tz, ty, tx = _tap_of(t, FY, FX)
     offs = g * ws_g + k * ws_k + c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x
     acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                          OP, NUM_DS, USER_FN)
