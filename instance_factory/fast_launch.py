@@ -28,8 +28,12 @@ except ImportError:  # a Triton without knobs: no shortcut
 
 
 def _launch_hooks_installed() -> bool:
+    """A profiler's launch hook is set (Triton >= 3.5 keeps hooks in HookChains, empty by default)."""
     rt = _knobs.runtime
-    return rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
+    for hook in (rt.launch_enter_hook, rt.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
 
 
 class BoundKernel:

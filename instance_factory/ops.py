@@ -62,13 +62,12 @@ def _check_device(tensors: dict[str, torch.Tensor]) -> torch.device:
 def _resolve_instance(instance: Any, op: str, params: ConvParams, lt: LayoutTriple, dt: DataType,
                       fused: FusedOp, device: torch.device, compute_dtype: str | None,
                       wei_dtype: torch.dtype | None) -> Instance:
-    reg = get_registry()
     if instance is None:
         from .tuning.lookup import lookup  # late: the tuning package reads the registry too
 
         return lookup(op, params, layout=lt.name, dtype=dt.data, fused_op=fused.name,
                       compute_dtype=compute_dtype, wei_dtype=wei_dtype, device=device)
-    inst = reg.get(instance) if isinstance(instance, str) else instance
+    inst = get_registry().get(instance) if isinstance(instance, str) else instance
     if not isinstance(inst, Instance):
         raise TypeError(f"instance must be None, an instance name or an Instance, got {type(instance).__name__}")
     if inst.op != op:

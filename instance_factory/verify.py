@@ -21,7 +21,7 @@ from .problem import ConvParams
 from .reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
 from .registry import get_registry, spread_over_families
 
-__all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "verify_case", "verify_instance"]
+__all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "op_kwargs", "verify_case", "verify_instance"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,15 @@ class VerifyResult:
         return self.error <= self.tolerance  # NaN/inf compare False
 
 
+def op_kwargs(dtype_name: str) -> dict[str, Any]:
+    """The public ops' dtype keywords (compute_dtype, wei_dtype) for a data type name."""
+    dt = DATA_TYPES[dtype_name]
+    kwargs: dict[str, Any] = {"compute_dtype": {"ieee": None, "native": None, "tf32": "tf32", "fp8": "fp8"}[dt.compute]}
+    if dt.result is not None:
+        kwargs["wei_dtype"] = dt.result
+    return kwargs
+
+
 def verify_instance(inst: Instance, case: Case, device: str | torch.device, seed: int = 0,
                     user_fn: Any = None, user_ref: Callable | None = None, alpha: float = 1.5,
                     beta: float = -0.5) -> VerifyResult:
@@ -62,9 +71,7 @@ def verify_instance(inst: Instance, case: Case, device: str | torch.device, seed
     t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, device, seed)
     dt = DATA_TYPES[case.dtype]
     fused = user_fn if case.fused_op == "custom" else case.fused_op
-    kwargs = {"compute_dtype": {"ieee": None, "native": None, "tf32": "tf32", "fp8": "fp8"}[dt.compute]}
-    if dt.result is not None:
-        kwargs["wei_dtype"] = dt.result
+    kwargs = op_kwargs(case.dtype)
     _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"], fused_op=fused,
                       alpha=alpha, beta=beta, instance=inst, **kwargs)
     run = inst.alg.bind(args)

@@ -86,28 +86,79 @@ def ck_cases(include_large: bool, one_dtype: bool = False, only_large: bool = Fa
     return out
 
 
-def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99) -> list[dict]:
+def _choose_instances(idx: int, runnable: list, per_case: int, max_algs: int) -> list:
+    """A few instances, rotating through the list so different tiles get exercised across cases."""
+    by_alg: dict[str, list] = {}
+    for inst in runnable:
+        by_alg.setdefault(inst.algorithm, []).append(inst)
+    chosen = []
+    groups = list(by_alg.values())
+    groups = [groups[(idx + j) % len(groups)] for j in range(min(max_algs, len(groups)))]
+    for group in groups:
+        chosen += [group[(idx * 7 + j * 13) % len(group)] for j in range(min(per_case, len(group)))]
+    return chosen
+
+
+def _compile_job(case: Case, name: str) -> str | None:
+    """Compile worker (the tuner's compile-only processes): build one instance for one case."""
+    from instance_factory.layouts import parse_layout
+    from instance_factory.ops import prepare
+    from instance_factory.tuning import tuner
+    from instance_factory.verify import op_kwargs
+
+    if not tuner._WORKER.get("compile_only"):
+        return "this Triton cannot compile without running"
+    dev, p = tuner._WORKER["device"], case.params
+    lt = parse_layout(case.layout, p.ndim)
+    dt = DATA_TYPES[case.dtype]
+    names = ("output", "weight", "input") if case.op == "conv_bwd_data" else ("input", "output", "weight")
+    a, b = (torch.empty(lt.shape(n, p), dtype=dt.data, device=dev) for n in names[:2])
+    ds = tuple(torch.empty(lt.shape(names[2], p), dtype=dt.result or dt.data, device=dev) for _ in range(case.n_ds))
+    inst = get_registry().get(name)
+    try:
+        _, args = prepare(case.op, a, b, p, layout=case.layout, ds=ds, fused_op=case.fused_op, instance=inst,
+                          **op_kwargs(case.dtype))
+        with tuner._compile_only_here(True):
+            inst.alg.launch(args)
+    except Exception as exc:  # the verifying process meets it again and records it
+        return f"{type(exc).__name__}: {exc}"[:200]
+    return None
+
+
+def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: set | None = None) -> list[dict]:
+    """Verify the chosen instances of every case; compile ahead in worker processes (Triton's disk
+    cache), skipping (case, instance) pairs in ``done`` (passed in an earlier run)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from instance_factory.tuning import tuner
+
     reg = get_registry()
-    rows = []
+    plan = []
     for idx, case in enumerate(cases):
-        if time.time() > DEADLINE[0]:
-            rows.append({"case": case.title, "status": "SKIPPED (time budget)"})
-            log.write(json.dumps(rows[-1]) + "\n")
-            continue
         runnable, declined = reg.candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
-        if not runnable:
+        chosen = [i for i in _choose_instances(idx, runnable, per_case, max_algs)
+                  if (case.title, i.name) not in (done or set())]
+        plan.append((idx, case, chosen, declined if not runnable else None))
+    workers = max(1, min(15, (os.cpu_count() or 2) - 1))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                               initializer=tuner._precompile_init, initargs=(f"cuda:{torch.cuda.current_device()}",))
+    jobs = {(case.title, inst.name): pool.submit(_compile_job, case, inst.name)
+            for _, case, chosen, _ in plan for inst in chosen}
+    rows = []
+    for idx, case, chosen, declined in plan:
+        if declined is not None:
             rows.append({"case": case.title, "status": "NO INSTANCE", "reasons": sorted({r for _, r in declined})[:3]})
             continue
-        # a few instances, rotating through the list so different tiles get exercised across cases
-        by_alg: dict[str, list] = {}
-        for inst in runnable:
-            by_alg.setdefault(inst.algorithm, []).append(inst)
-        chosen = []
-        groups = list(by_alg.values())
-        groups = [groups[(idx + j) % len(groups)] for j in range(min(max_algs, len(groups)))]
-        for group in groups:
-            chosen += [group[(idx * 7 + j * 13) % len(group)] for j in range(min(per_case, len(group)))]
         for inst in chosen:
+            if time.time() > DEADLINE[0]:
+                rows.append({"case": case.title, "instance": inst.name, "status": "SKIPPED (time budget)"})
+                log.write(json.dumps(rows[-1]) + "\n")
+                continue
+            try:
+                jobs[(case.title, inst.name)].result(timeout=max(1.0, DEADLINE[0] - time.time()))
+            except Exception:  # compiling here instead
+                pass
             row = {"case": case.title, "op": case.op, "problem": case.params.key(), "layout": case.layout,
                    "dtype": case.dtype, "fused_op": case.fused_op, "instance": inst.name,
                    "kernel_hash": inst.kernel_hash, "backend": "gpu"}
@@ -119,7 +170,19 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99) -> list
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
+    pool.shutdown(wait=False, cancel_futures=True)
     return rows
+
+
+def _passed_before(paths: list[str]) -> set:
+    """(case title, instance) pairs that passed in earlier gpu_check logs."""
+    done = set()
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            if r.get("status") == "PASS":
+                done.add((r["case"], r["instance"]))
+    return done
 
 
 def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()) -> list[dict]:
@@ -267,6 +330,7 @@ def main() -> int:
     ap.add_argument("--ck-one-dtype", action="store_true", help="one dtype per CK problem, alternating")
     ap.add_argument("--ops", default="conv_bwd_data,conv_bwd_weight", help="ops to bench")
     ap.add_argument("--budget-s", type=float, default=480)
+    ap.add_argument("--skip-passed", nargs="*", default=[], help="earlier gpu_check logs: skip what passed there")
     ns = ap.parse_args()
     DEADLINE[0] = time.time() + ns.budget_s
     out = Path(ns.out)
@@ -288,12 +352,13 @@ def main() -> int:
             if not flag:
                 continue
             t0 = time.time()
-            rows = run_cases(cases(), ns.per_case, log, ns.max_algs)
+            rows = run_cases(cases(), ns.per_case, log, ns.max_algs, _passed_before(ns.skip_passed))
             done = [r for r in rows if "error" in r]
-            bad = [r for r in rows if r.get("status") not in ("PASS",)]
+            bad = [r for r in rows if r.get("status") != "PASS"]  # failed, errors, skipped (time budget)
             worst = max((r["error"] for r in done if r["error"] == r["error"]), default=float("nan"))
-            summary.append(f"{name}: {len(done)} instance runs, {len(done) - len(bad)} pass, "
-                           f"{len(bad)} not passing, worst error {worst:.2e}, {time.time() - t0:.0f}s")
+            passed = sum(r.get("status") == "PASS" for r in rows)
+            summary.append(f"{name}: {len(done)} instance runs, {passed} pass, {len(bad)} not passing or skipped, "
+                           f"worst error {worst:.2e}, {time.time() - t0:.0f}s")
             for r in bad[:15]:
                 print("  NOT PASS:", r.get("case"), r.get("instance", ""), r.get("status"), r.get("error", ""))
         if ns.bench:

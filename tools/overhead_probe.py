@@ -80,9 +80,9 @@ def host_part(rows: list) -> None:
     try:
         ck = _k45[(1,)](x, x, x, x, x, x, x, x, *ints)
         allargs = (x, x, x, x, x, x, x, x, *ints)
-        runner = ck[(1, 1, 1)]
-        runner(*allargs)
-        stages["CompiledKernel[grid](*args), 45 args"] = lambda: runner(*allargs)
+        ck_runner = ck[(1, 1, 1)]
+        ck_runner(*allargs)
+        stages["CompiledKernel[grid](*args), 45 args"] = lambda: ck_runner(*allargs)
         stream = torch.cuda.current_stream().cuda_stream
         md = ck.launch_metadata((1, 1, 1), stream, *allargs)
         stages["CompiledKernel.run raw, 45 args"] = lambda: ck.run(1, 1, 1, stream, ck.function, ck.packed_metadata,
