@@ -218,7 +218,11 @@ def _call(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTripl
             if len(_RUNNERS) >= _MAX_RUNNERS:
                 _RUNNERS.clear()
             _RUNNERS[rkey] = run
-    run(a, b, out, ds, alpha, beta)
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):  # Triton launches on the current device: make it the tensors' one
+            run(a, b, out, ds, alpha, beta)
+    else:
+        run(a, b, out, ds, alpha, beta)
     return out
 
 
