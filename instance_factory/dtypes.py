@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DATA_TYPES", "DataType", "resolve_dtype", "tolerance"]
+__all__ = ["DATA_TYPES", "DataType", "op_kwargs", "resolve_dtype", "tolerance"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,17 @@ def resolve_dtype(data: torch.dtype, *, compute_dtype: str | None = None,
             raise TypeError(f"wei_dtype={wei_dtype} with {data} data is not a declared combination; "
                             "the only mixed case is bfloat16 data with a float32 weight gradient")
     return DATA_TYPES[name]
+
+
+def op_kwargs(name: str) -> dict:
+    """The public ops' keywords that select data type ``name`` (the inverse of ``resolve_dtype``)."""
+    dt = DATA_TYPES[name]
+    kwargs: dict = {}
+    if dt.compute in ("tf32", "fp8"):
+        kwargs["compute_dtype"] = dt.compute
+    if dt.result is not None:
+        kwargs["wei_dtype"] = dt.result
+    return kwargs
 
 
 def tolerance(name: str) -> float:

@@ -174,6 +174,16 @@ def _choose(op: str, plan: _Plan, key: tuple | None, params: ConvParams, instanc
     return get_registry().get(instance) if isinstance(instance, str) else instance
 
 
+def _resolve(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTriple, ds: tuple, fused_op: Any,
+             wei_dtype: torch.dtype | None, compute_dtype: str | None,
+             instance: Any) -> tuple[tuple | None, _Plan, torch.device, Instance, torch.Tensor]:
+    """Plan (cached), per-call tensor checks, instance choice and the result allocation."""
+    key, plan = _plan_for(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype)
+    device = _check_call(op, plan, a, b, ds)
+    inst = _choose(op, plan, key, params, instance, device, compute_dtype, wei_dtype)
+    return key, plan, device, inst, torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
+
+
 def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, layout: str | LayoutTriple,
             ds: Sequence[torch.Tensor] = (), fused_op: Any = "passthrough", alpha: float = 1.0,
             beta: float = 1.0, wei_dtype: torch.dtype | None = None, compute_dtype: str | None = None,
@@ -184,10 +194,8 @@ def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, la
     and cached; each call re-checks the tensors themselves (shape, dtype, device, contiguity).
     """
     ds = tuple(ds)
-    key, plan = _plan_for(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype)
-    device = _check_call(op, plan, a, b, ds)
-    inst = _choose(op, plan, key, params, instance, device, compute_dtype, wei_dtype)
-    out = torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
+    key, plan, device, inst, out = _resolve(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype,
+                                            instance)
     args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
                    alpha=float(alpha), beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.cfg, geo=plan.geo)
     return inst, args
@@ -203,10 +211,8 @@ def _call(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTripl
           instance: Any) -> torch.Tensor:
     """The public ops' body: checks, instance choice, allocation, then the cached runner."""
     ds = ds if type(ds) is tuple else tuple(ds)
-    key, plan = _plan_for(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype)
-    device = _check_call(op, plan, a, b, ds)
-    inst = _choose(op, plan, key, params, instance, device, compute_dtype, wei_dtype)
-    out = torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
+    key, plan, device, inst, out = _resolve(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype,
+                                            instance)
     alpha, beta = float(alpha), float(beta)
     rkey = None if key is None else (key, inst.name, device, *(d.dtype for d in ds))
     run = _RUNNERS.get(rkey) if rkey is not None else None
@@ -245,8 +251,10 @@ def conv_bwd_weight(input: torch.Tensor, grad_out: torch.Tensor, params: ConvPar
 
 
 def make_problem_tensors(op: str, params: ConvParams, layout: str | LayoutTriple, dtype_name: str,
-                         n_ds: int = 0, device: str | torch.device = "cpu", seed: int = 0) -> dict[str, Any]:
-    """Random operands (never zeros) in the layout: {"a", "b", "ds"} in the op's argument order."""
+                         n_ds: int = 0, device: str | torch.device = "cpu", seed: int = 0,
+                         random: bool = True) -> dict[str, Any]:
+    """Random operands (never zeros) in the layout: {"a", "b", "ds"} in the op's argument order;
+    ``random=False`` leaves them uninitialized (enough to compile: shapes, dtypes, alignment)."""
     from .dtypes import DATA_TYPES
 
     dt = DATA_TYPES[dtype_name]
@@ -255,6 +263,8 @@ def make_problem_tensors(op: str, params: ConvParams, layout: str | LayoutTriple
     gen = torch.Generator(device="cpu").manual_seed(seed)
 
     def rnd(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if not random:
+            return torch.empty(shape, dtype=dtype, device=device)
         return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
 
     result_dtype = dt.result or dt.data

@@ -14,14 +14,14 @@ from typing import Any
 import torch
 
 from .algorithms import interpreting
-from .dtypes import DATA_TYPES
+from .dtypes import DATA_TYPES, op_kwargs
 from .instance import Instance
 from .ops import make_problem_tensors, prepare
 from .problem import ConvParams
 from .reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
 from .registry import get_registry, spread_over_families
 
-__all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "op_kwargs", "verify_case", "verify_instance"]
+__all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "verify_case", "verify_instance"]
 
 
 @dataclass(frozen=True)
@@ -53,15 +53,6 @@ class VerifyResult:
     @property
     def passed(self) -> bool:
         return self.error <= self.tolerance  # NaN/inf compare False
-
-
-def op_kwargs(dtype_name: str) -> dict[str, Any]:
-    """The public ops' dtype keywords (compute_dtype, wei_dtype) for a data type name."""
-    dt = DATA_TYPES[dtype_name]
-    kwargs: dict[str, Any] = {"compute_dtype": {"ieee": None, "native": None, "tf32": "tf32", "fp8": "fp8"}[dt.compute]}
-    if dt.result is not None:
-        kwargs["wei_dtype"] = dt.result
-    return kwargs
 
 
 def verify_instance(inst: Instance, case: Case, device: str | torch.device, seed: int = 0,

@@ -46,13 +46,11 @@ def test_cached_runner_takes_the_direct_launch_and_stays_correct(case):
     """Repeated public calls reuse one bound runner whose kernels launch through the compiled
     kernel directly; fresh tensors each call, and a misaligned tensor falls back to Triton's binder."""
     from instance_factory import ops
-    from instance_factory.dtypes import DATA_TYPES
+    from instance_factory.dtypes import DATA_TYPES, op_kwargs
     from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
 
     dt = DATA_TYPES[case.dtype]
-    kw = {"compute_dtype": "tf32" if dt.compute == "tf32" else None}
-    if dt.result is not None:
-        kw["wei_dtype"] = dt.result
+    kw = op_kwargs(case.dtype)
     fn = ops.conv_bwd_data if case.op == "conv_bwd_data" else ops.conv_bwd_weight
     ref_fn = ref_conv_bwd_data if case.op == "conv_bwd_data" else ref_conv_bwd_weight
     runnable, _ = get_registry().candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)

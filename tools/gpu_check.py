@@ -101,23 +101,18 @@ def _choose_instances(idx: int, runnable: list, per_case: int, max_algs: int) ->
 
 def _compile_job(case: Case, name: str) -> str | None:
     """Compile worker (the tuner's compile-only processes): build one instance for one case."""
-    from instance_factory.layouts import parse_layout
-    from instance_factory.ops import prepare
+    from instance_factory.dtypes import op_kwargs
+    from instance_factory.ops import make_problem_tensors, prepare
     from instance_factory.tuning import tuner
-    from instance_factory.verify import op_kwargs
 
     if not tuner._WORKER.get("compile_only"):
         return "this Triton cannot compile without running"
-    dev, p = tuner._WORKER["device"], case.params
-    lt = parse_layout(case.layout, p.ndim)
-    dt = DATA_TYPES[case.dtype]
-    names = ("output", "weight", "input") if case.op == "conv_bwd_data" else ("input", "output", "weight")
-    a, b = (torch.empty(lt.shape(n, p), dtype=dt.data, device=dev) for n in names[:2])
-    ds = tuple(torch.empty(lt.shape(names[2], p), dtype=dt.result or dt.data, device=dev) for _ in range(case.n_ds))
+    t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, tuner._WORKER["device"],
+                             random=False)
     inst = get_registry().get(name)
     try:
-        _, args = prepare(case.op, a, b, p, layout=case.layout, ds=ds, fused_op=case.fused_op, instance=inst,
-                          **op_kwargs(case.dtype))
+        _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"],
+                          fused_op=case.fused_op, instance=inst, **op_kwargs(case.dtype))
         with tuner._compile_only_here(True):
             inst.alg.launch(args)
     except Exception as exc:  # the verifying process meets it again and records it

@@ -370,7 +370,7 @@ def _randn(shape: Sequence[int], dtype: torch.dtype, device: torch.device, gen: 
 def _make_case(problem: Problem, device: torch.device, opts: TuneOptions, *, reference: bool = True) -> _Case:
     """Operands (seeded random; uninitialized when ``reference`` is False: compile workers only
     need shapes, dtypes and alignment) and the float64 reference, once per problem."""
-    from ..dtypes import DATA_TYPES
+    from ..dtypes import DATA_TYPES, op_kwargs
     from ..epilogue import FUSED_OPS
     from ..layouts import parse_layout
 
@@ -392,12 +392,7 @@ def _make_case(problem: Problem, device: torch.device, opts: TuneOptions, *, ref
     b = make(lt.shape(b_t, p), dt.data)
     ds = tuple(make(lt.shape(r_t, p), res_dtype) for _ in range(n_ds))
     user_fn, user_ref = _custom_pair() if fused.name == "custom" else (None, None)
-    kwargs: dict[str, Any] = {}
-    cd = {"tf32": "tf32", "fp8": "fp8"}.get(dt.compute)
-    if cd:
-        kwargs["compute_dtype"] = cd
-    if dt.result is not None:
-        kwargs["wei_dtype"] = dt.result
+    kwargs = op_kwargs(problem.dtype)
     ref = _reference(problem, lt, a, b, ds, opts.alpha, opts.beta, user_ref) if reference else None
     return _Case(problem, device, a, b, ds, ref, kwargs, user_fn if user_fn is not None else fused.name,
                  n_ds, opts.alpha, opts.beta)
