@@ -440,3 +440,15 @@ def test_compile_workers_in_processes_and_a_broken_pool_falls_back(tiers, monkey
     finally:
         pc.close()
     assert got == {i.name: None for i in insts} and pc.broken
+
+
+def test_precompile_skips_problems_whose_operands_would_not_fit_beside_the_workers(monkeypatch):
+    class Props:
+        total_memory = 140 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props)
+    cuda = torch.device("cuda:0")
+    huge = ConvParams(2, 1, 64, 64, 64, (3, 3), (1024, 512), (1, 1), (1, 1), (1, 1), (1, 1))  # 2^31-element dx
+    assert not T.precompile_fits(huge, 15, cuda)  # 15 x 16 GB operands > 35 GB
+    assert T.precompile_fits(huge, 1, torch.device("cpu"))  # the interpreter builds them anyway
+    assert T.precompile_fits(P, 15, cuda)

@@ -138,8 +138,10 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
     workers = max(1, min(15, (os.cpu_count() or 2) - 1))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                initializer=tuner._precompile_init, initargs=(f"cuda:{torch.cuda.current_device()}",))
+    device = torch.device(f"cuda:{torch.cuda.current_device()}")
     jobs = {(case.title, inst.name): pool.submit(_compile_job, case, inst.name)
-            for _, case, chosen, _ in plan for inst in chosen}
+            for _, case, chosen, _ in plan for inst in chosen
+            if tuner.precompile_fits(case.params, workers, device)}
     rows = []
     for idx, case, chosen, declined in plan:
         if declined is not None:
@@ -151,7 +153,9 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
                 log.write(json.dumps(rows[-1]) + "\n")
                 continue
             try:
-                jobs[(case.title, inst.name)].result(timeout=max(1.0, DEADLINE[0] - time.time()))
+                job = jobs.get((case.title, inst.name))
+                if job is not None:
+                    job.result(timeout=max(1.0, DEADLINE[0] - time.time()))
             except Exception:  # compiling here instead
                 pass
             row = {"case": case.title, "op": case.op, "problem": case.params.key(), "layout": case.layout,

@@ -697,6 +697,17 @@ def _compile_workers(opts: TuneOptions) -> int:
 _WORKER: dict[str, Any] = {}
 
 
+def precompile_fits(params: Any, workers: int, device: torch.device) -> bool:
+    """Whether ``workers`` compile processes may each hold one problem's operands (they build real
+    tensors to launch) in a quarter of the device's memory; larger problems compile in the measuring
+    process on their first run instead (a 2^31-element problem times 15 workers would not fit)."""
+    if getattr(device, "type", "") != "cuda":
+        return True
+    # every operand at 4 bytes (fp32 weight gradients), doubled for Ds and workspaces
+    per_problem = 8 * (params.numel("input") + params.numel("weight") + params.numel("output"))
+    return per_problem * workers <= torch.cuda.get_device_properties(device).total_memory // 4
+
+
 def _precompile_init(device: str) -> None:
     """Worker process start: lower priority (the parent measures), pick the device, compile-only."""
     os.environ["INSTANCE_FACTORY_COMPILE_WORKER"] = "1"
@@ -749,7 +760,7 @@ class _Precompiler:
         self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_precompile_init,
                                         initargs=(str(device),))
         for problem, insts in plan:
-            if insts:
+            if insts and precompile_fits(problem.params, self.workers, device):
                 self.jobs[problem.key] = [
                     (inst, self.pool.submit(_precompile_one, problem, inst.name, opts.seed, opts.alpha, opts.beta))
                     for inst in order_candidates(problem, insts)]
