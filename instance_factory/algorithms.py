@@ -83,6 +83,7 @@ KERNEL_MODULES = (
     "instance_factory.kernels.bwd_data_igemm",
     "instance_factory.kernels.bwd_weight_igemm",
     "instance_factory.kernels.direct_grouped",
+    "instance_factory.kernels.depthwise_wgrad",
 )
 
 

@@ -6,10 +6,12 @@ The procedural name encodes every parameter and is the registry key and the filt
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
-import inspect
 import json
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "num_warps": "w",
     "num_stages": "s",
     "split_k": "sk",
+    "block_w": "bw",
     "block_p": "p",
     "block_ch": "ch",
     "split": "sp",
@@ -60,7 +63,39 @@ def _config_tag_cached(op: str, algorithm: str, config: tuple[tuple[str, Any], .
 
 @functools.cache
 def _source_hash(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """Hash of a module's code: comments, docstrings and formatting do not count (editing the
+    notes of a kernel must not stale its tuned rows and verifications)."""
+    tree = ast.parse(Path(path).read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
+
+
+# Modules whose code is compiled into (or decides the math of) a kernel besides its own module.
+_KERNEL_CODE_PREFIXES = ("instance_factory.kernels.", "instance_factory.epilogue")
+
+
+def kernel_code_modules(module_name: str) -> list[str]:
+    """A kernel module and the kernel-code modules it takes names from (shared ``@triton.jit``
+    helpers and kernels, the epilogue); registration and launch-path modules are not kernel code."""
+    used = {module_name}
+    for value in vars(sys.modules[module_name]).values():
+        name = value.__name__ if isinstance(value, types.ModuleType) else \
+            getattr(getattr(value, "fn", value), "__module__", None)  # a JITFunction wraps .fn
+        if isinstance(name, str) and name.startswith(_KERNEL_CODE_PREFIXES):
+            used.add(name)
+    return sorted(used)
+
+
+@functools.cache
+def kernel_sources_hash(module_name: str) -> str:
+    """Hash of the sources of :func:`kernel_code_modules`."""
+    blob = [(m, _source_hash(sys.modules[m].__file__)) for m in kernel_code_modules(module_name)]
+    return hashlib.sha256(json.dumps(blob).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -98,9 +133,10 @@ class Instance:
 
     @functools.cached_property
     def kernel_hash(self) -> str:
-        """Hash of the kernel module's source and this config: a tuned row is stale when it changes."""
-        src = inspect.getsourcefile(self.alg.launch) or ""
-        blob = json.dumps([_source_hash(src), self.op, self.algorithm, self.config], default=str)
+        """Hash of the kernel code (:func:`kernel_sources_hash` of the family's module) and this
+        config: a tuned row or a verification is stale when it changes."""
+        blob = json.dumps([kernel_sources_hash(self.alg.bind.__module__), self.op, self.algorithm, self.config],
+                          default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property

@@ -18,6 +18,7 @@ import triton.language as tl  # noqa: E402
 from instance_factory.algorithms import ALGORITHMS, RunArgs, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
+from instance_factory.kernels import depthwise_wgrad as dw_mod  # noqa: E402
 from instance_factory.kernels import direct_grouped as mod  # noqa: E402
 from instance_factory.layouts import FAMILIES, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
@@ -33,6 +34,8 @@ DATA = ALGORITHMS[("conv_bwd_data", "direct")]
 WEIGHT = ALGORITHMS[("conv_bwd_weight", "direct")]
 DATA_CFG = dict(block_p=64, block_ch=8, num_warps=4)
 WEIGHT_CFG = dict(block_p=16, block_ch=32, num_warps=4, split=3)
+DEPTHWISE = ALGORITHMS[("conv_bwd_weight", "depthwise")]
+DEPTHWISE_CFG = dict(block_w=8, block_ch=16, num_warps=4, split=3)
 
 
 def P(ndim, G, N, K, C, f, i, s, d, lp, rp):  # noqa: N802 - mirrors ConvParams' argument order
@@ -56,14 +59,15 @@ def _rand(shape_, dtype) -> torch.Tensor:
 def run_case(op_name: str, p: ConvParams, family: str = "nhwgc", dtype: str = "fp32",
              cfg: dict | None = None, op="passthrough", n_ds: int = 0, alpha: float = 1.0,
              beta: float = 1.0, user_ref=None, seed: int = 0, force_int64: bool = False,
-             return_out: bool = False):
-    """Launch one direct Algorithm on fresh random data; return the error vs the float64 reference."""
+             return_out: bool = False, depthwise: bool = False):
+    """Launch one direct Algorithm (``depthwise``: the depthwise bwd-weight family) on fresh random
+    data; return the error vs the float64 reference."""
     torch.manual_seed(seed)
     lt = layout_for(family, p.ndim)
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
-    alg = DATA if op_name == "data" else WEIGHT
-    cfg = {**(DATA_CFG if op_name == "data" else WEIGHT_CFG), **(cfg or {})}
+    alg = DATA if op_name == "data" else DEPTHWISE if depthwise else WEIGHT
+    cfg = {**(DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG), **(cfg or {})}
     fused, user_fn = resolve_fused_op(op, n_ds)
     assert alg.check_config(cfg) is None, alg.check_config(cfg)
     assert alg.decline(cfg, p, lt, dt, fused) is None, alg.decline(cfg, p, lt, dt, fused)
@@ -79,7 +83,7 @@ def run_case(op_name: str, p: ConvParams, family: str = "nhwgc", dtype: str = "f
     args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=alpha, beta=beta,
                    a=a, b=b, ds=ds, out=out, cfg=cfg)
     if force_int64:
-        bind = mod.bind_bwd_data if op_name == "data" else mod.bind_bwd_weight
+        bind = mod.bind_bwd_data if op_name == "data" else dw_mod.bind if depthwise else mod.bind_bwd_weight
         assert bind(args, force_int64=True)(args.a, args.b, args.out, args.ds, args.alpha, args.beta) is None
     else:
         assert alg.launch(args) is None
@@ -347,6 +351,72 @@ def test_weight_depthwise_configs(cfg):
     """Depthwise tiles with several position tiles per chunk and a partly masked last tile."""
     p = P(2, 5, 3, 1, 1, (3, 3), (7, 9), (1, 1), (1, 1), (1, 1), (1, 1))
     check("weight", p, cfg=cfg, seed=41)
+
+
+def test_weight_split_reduce_many_steps():
+    """More splits than one reduce step (64): the partials are summed in several [64 x 32] steps,
+    the same bits every run."""
+    p = P(2, 5, 4, 1, 1, (3, 3), (9, 9), (1, 1), (1, 1), (1, 1), (1, 1))  # 324 positions
+    e1, a = run_case("weight", p, cfg=dict(block_p=2, block_ch=8, split=150), seed=42, return_out=True)
+    e2, b = run_case("weight", p, cfg=dict(block_p=2, block_ch=8, split=150), seed=42, return_out=True)
+    assert e1 <= 1e-5 and torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------------
+# the depthwise bwd-weight family (C = K = 1, one filter row per program)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_depthwise_family_layouts_ndims(ndim, family):
+    check("weight", shape(ndim, G=5, K=1, C=1), family=family, depthwise=True, seed=51)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])
+@pytest.mark.parametrize("split", [1, 2, 3, 7, 0])
+def test_depthwise_family_dtypes_splits(dtype, split):
+    p = P(2, 7, 3, 1, 1, (3, 3), (7, 9), (2, 1), (1, 2), (1, 2), (0, 1))
+    check("weight", p, dtype=dtype, cfg=dict(split=split), depthwise=True, seed=52)
+
+
+@pytest.mark.parametrize("cfg", [dict(block_w=1, block_ch=1, num_warps=1, split=1),
+                                 dict(block_w=4, block_ch=4, num_warps=2, split=5),
+                                 dict(block_w=32, block_ch=64, num_warps=8, split=0)])
+def test_depthwise_family_configs(cfg):
+    """Tiles narrower and wider than the output row (several column tiles, a masked last one) and
+    fewer or more channels than G; a 5-tap row (padded to 8)."""
+    p = P(2, 9, 2, 1, 1, (2, 5), (6, 11), (1, 1), (1, 1), (1, 2), (0, 2))
+    check("weight", p, cfg=cfg, depthwise=True, seed=53)
+
+
+@pytest.mark.parametrize("case", FUSED_CASES,
+                         ids=["passthrough", "scale", "bilinear", "add1", "add3", "add_relu", "user0", "user2"])
+@pytest.mark.parametrize("split", [1, 3])
+def test_depthwise_family_fused_ops(case, split):
+    op, n_ds, user_ref = case
+    check("weight", shape(2, G=3, K=1, C=1), op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, user_ref=user_ref,
+          cfg=dict(split=split), dtype="fp16" if n_ds == 3 else "fp32", depthwise=True, seed=54)
+
+
+def test_depthwise_family_deterministic_and_int64():
+    p = shape(3, G=4, K=1, C=1)
+    _, a = run_case("weight", p, cfg=dict(split=7), seed=55, return_out=True, depthwise=True)
+    _, b = run_case("weight", p, cfg=dict(split=7), seed=55, return_out=True, depthwise=True)
+    assert torch.equal(a, b)
+    check("weight", p, cfg=dict(split=3), force_int64=True, op="add", n_ds=1, depthwise=True, seed=56)
+
+
+def test_depthwise_family_declines_and_configs():
+    lt, dt, fused = layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    grouped = P(2, 4, 2, 2, 1, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert "C = K = 1" in DEPTHWISE.decline(DEPTHWISE_CFG, grouped, lt, dt, fused)
+    assert "fp8" in DEPTHWISE.decline(DEPTHWISE_CFG, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
+    wide = P(2, 4, 2, 1, 1, (1, 33), (5, 40), (1, 1), (1, 1), (0, 0), (0, 0))  # 33 taps -> 64 per row
+    assert "accumulators" in DEPTHWISE.decline(dict(DEPTHWISE_CFG, block_w=64, block_ch=64), wide, lt, dt, fused)
+    assert "block_w" in DEPTHWISE.check_config(dict(DEPTHWISE_CFG, block_w=3))
+    assert "lacks" in DEPTHWISE.check_config(dict(block_w=8))
+    big = P(2, 144, 8, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    s = dw_mod.auto_split(big, 16, 32, 132)
+    assert 1 < s <= 8 * 56 // 4 and dw_mod.auto_split(big, 16, 32, 264) >= s
 
 
 def test_nan_never_passes():

@@ -116,3 +116,19 @@ def test_shipped_configs_expand_and_cover_the_contract():
     assert not reg.is_declared("conv_bwd_data", "nhwgc", "bf16_fp32w", 2, "passthrough")
     algs = {i.algorithm for i in reg.instances(op="conv_bwd_weight")}
     assert {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "direct"} <= algs
+
+
+def test_kernel_hash_covers_the_kernel_code_it_uses_and_nothing_else():
+    """A family's hash follows its module and the kernel-code modules it imports (jit helpers, the
+    epilogue), not registration or launch-path modules: editing algorithms.py must not stale every
+    tuned row, and editing direct_grouped.py (whose reduce kernel depthwise launches) must stale
+    depthwise rows too."""
+    from instance_factory.instance import kernel_code_modules
+
+    k = "instance_factory.kernels."
+    assert kernel_code_modules(k + "depthwise_wgrad") == [
+        "instance_factory.epilogue", k + "depthwise_wgrad", k + "direct_grouped"]
+    assert kernel_code_modules(k + "bwd_data_igemm") == [
+        "instance_factory.epilogue", k + "bwd_data_igemm", k + "geometry"]
+    insts = [i for i in get_registry().instances(op="conv_bwd_weight") if i.algorithm == "depthwise"][:2]
+    assert len(insts) == 2 and insts[0].kernel_hash != insts[1].kernel_hash  # the config is part of it

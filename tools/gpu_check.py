@@ -120,7 +120,8 @@ def _compile_job(case: Case, name: str) -> str | None:
     return None
 
 
-def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: set | None = None) -> list[dict]:
+def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: set | None = None,
+              algorithms: set[str] | None = None) -> list[dict]:
     """Verify the chosen instances of every case; compile ahead in worker processes (Triton's disk
     cache), skipping (case, instance) pairs in ``done`` (passed in an earlier run)."""
     import multiprocessing as mp
@@ -132,6 +133,10 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
     plan = []
     for idx, case in enumerate(cases):
         runnable, declined = reg.candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
+        if algorithms:
+            runnable = [i for i in runnable if i.algorithm in algorithms]
+            if not runnable:
+                continue
         chosen = [i for i in _choose_instances(idx, runnable, per_case, max_algs)
                   if (case.title, i.name) not in (done or set())]
         plan.append((idx, case, chosen, declined if not runnable else None))
@@ -174,12 +179,20 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
 
 
 def _passed_before(paths: list[str]) -> set:
-    """(case title, instance) pairs that passed in earlier gpu_check logs."""
+    """(case title, instance) pairs that passed in earlier gpu_check logs with the instance's
+    current kernel hash (a changed kernel is verified again)."""
+    reg = get_registry()
     done = set()
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
-            if r.get("status") == "PASS":
+            if r.get("status") != "PASS":
+                continue
+            try:
+                inst = reg.get(r["instance"])
+            except KeyError:  # left the registry
+                continue
+            if r.get("kernel_hash") == inst.kernel_hash:
                 done.add((r["case"], r["instance"]))
     return done
 
@@ -211,7 +224,7 @@ def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()
         nds = 1 if fo == "add" else 0
         t = make_problem_tensors(op, p, layout, dt, nds, "cuda", seed=1)
         runnable, _ = reg.candidates(op, p, layout, dt, fo)
-        runnable.sort(key=lambda i: i.algorithm != "direct")  # the memory-bound path first where it applies
+        runnable.sort(key=lambda i: i.algorithm not in ("direct", "depthwise"))  # the memory-bound path first where it applies
         best = None
         for inst in runnable:
             if time.time() > DEADLINE[0]:
@@ -327,6 +340,8 @@ def main() -> int:
     ap.add_argument("--families", help="comma-separated layout families for --matrix (default all)")
     ap.add_argument("--max-algs", type=int, default=99, help="kernel families tried per case")
     ap.add_argument("--ck-one-dtype", action="store_true", help="one dtype per CK problem, alternating")
+    ap.add_argument("--algorithms", help="comma-separated kernel families: verify only these (cases where "
+                    "none applies are left out)")
     ap.add_argument("--ops", default="conv_bwd_data,conv_bwd_weight", help="ops to bench")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--skip-passed", nargs="*", default=[], help="earlier gpu_check logs: skip what passed there")
@@ -351,7 +366,8 @@ def main() -> int:
             if not flag:
                 continue
             t0 = time.time()
-            rows = run_cases(cases(), ns.per_case, log, ns.max_algs, _passed_before(ns.skip_passed))
+            rows = run_cases(cases(), ns.per_case, log, ns.max_algs, _passed_before(ns.skip_passed),
+                             set(ns.algorithms.split(",")) if ns.algorithms else None)
             done = [r for r in rows if "error" in r]
             bad = [r for r in rows if r.get("status") != "PASS"]  # failed, errors, skipped (time budget)
             worst = max((r["error"] for r in done if r["error"] == r["error"]), default=float("nan"))

@@ -231,12 +231,17 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
                   note="untuned default: a specialization, else the most specialized family's first instance")
 
 
+# The memory-bound families first for the few-channel problems they accept (a GEMM tile padded to
+# tensor-core sizes wastes nearly all of its work there); ``direct`` won most such tuned layers.
+_DEFAULT_PRIORITY = {"direct": 2, "depthwise": 1}
+
+
 def default_instance(runnable: list[Any]) -> Any:
     """The fixed default among the instances that can run a problem: a ``spec`` specialization
     (e.g. ``1x1s1p0``) first, since it only accepts problems it is built for; otherwise the first
-    instance, in registry order, of the kernel family with the fewest runnable instances (the most
-    specialized family that accepts the problem, e.g. ``direct`` for depthwise; ties: registry order).
-    """
+    instance, in registry order, of the family with the highest ``_DEFAULT_PRIORITY`` (``direct``
+    for depthwise and few-channel groups), then of the one with the fewest runnable instances
+    (ties: registry order)."""
     specs = [i for i in runnable if i.cfg.get("spec", "default") not in (None, "default")]
     if specs:
         return specs[0]
@@ -244,7 +249,8 @@ def default_instance(runnable: list[Any]) -> Any:
     for i in runnable:
         counts[i.algorithm] = counts.get(i.algorithm, 0) + 1
     order = {alg: n for n, alg in enumerate(counts)}
-    return min(runnable, key=lambda i: (counts[i.algorithm], order[i.algorithm]))
+    return min(runnable, key=lambda i: (-_DEFAULT_PRIORITY.get(i.algorithm, 0), counts[i.algorithm],
+                                        order[i.algorithm]))
 
 
 def _get_instance(reg: Any, name: str) -> Any:
