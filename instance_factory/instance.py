@@ -63,16 +63,21 @@ def _config_tag_cached(op: str, algorithm: str, config: tuple[tuple[str, Any], .
 
 @functools.cache
 def _source_hash(path: str) -> str:
-    """Hash of a module's code: comments, docstrings and formatting do not count (editing the
-    notes of a kernel must not stale its tuned rows and verifications)."""
-    tree = ast.parse(Path(path).read_text())
-    for node in ast.walk(tree):
+    """Hash of a module's code lines: docstrings, comment-only and blank lines do not count (editing
+    the notes of a kernel must not stale its tuned rows and verifications). Line based, not
+    ``ast.unparse`` (whose output differs between Python versions: the GPU machine's 3.12 and the
+    3.11 here would disagree on every hash)."""
+    text = Path(path).read_text()
+    doc_lines: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
+            doc_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+    code = [line.rstrip() for n, line in enumerate(text.splitlines(), 1)
+            if n not in doc_lines and line.strip() and not line.lstrip().startswith("#")]
+    return hashlib.sha256("\n".join(code).encode()).hexdigest()
 
 
 # Modules whose code is compiled into (or decides the math of) a kernel besides its own module.

@@ -132,3 +132,21 @@ def test_kernel_hash_covers_the_kernel_code_it_uses_and_nothing_else():
         "instance_factory.epilogue", k + "bwd_data_igemm", k + "geometry"]
     insts = [i for i in get_registry().instances(op="conv_bwd_weight") if i.algorithm == "depthwise"][:2]
     assert len(insts) == 2 and insts[0].kernel_hash != insts[1].kernel_hash  # the config is part of it
+
+
+def test_source_hash_ignores_notes_but_not_code(tmp_path):
+    """Docstrings, comment-only and blank lines do not change a kernel module's hash; code does."""
+    from instance_factory.instance import _source_hash
+
+    base = 'def f(x):\n    return x + 1\n'
+    variants = {
+        "base": base,
+        "notes": '"""Module notes."""\n# a comment\n\ndef f(x):\n    """What f does."""\n\n    return x + 1\n',
+        "code": 'def f(x):\n    return x + 2\n',
+    }
+    hashes = {}
+    for name, text in variants.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        hashes[name] = _source_hash(str(path))
+    assert hashes["base"] == hashes["notes"] != hashes["code"]

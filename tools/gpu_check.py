@@ -145,8 +145,8 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
                                initializer=tuner._precompile_init, initargs=(f"cuda:{torch.cuda.current_device()}",))
     device = torch.device(f"cuda:{torch.cuda.current_device()}")
     jobs = {(case.title, inst.name): pool.submit(_compile_job, case, inst.name)
-            for _, case, chosen, _ in plan for inst in chosen
-            if tuner.precompile_fits(case.params, workers, device)}
+            for _, case, chosen, _ in plan if tuner.precompile_fits(case.params, workers, device)
+            for inst in chosen}
     rows = []
     for idx, case, chosen, declined in plan:
         if declined is not None:

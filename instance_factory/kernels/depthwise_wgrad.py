@@ -24,29 +24,31 @@ from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
 from ..dtypes import DataType
-from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .direct_grouped import (
+    _INT32_LIMIT,
+    _MAX_GRID_YZ,
+    _MAX_SPLIT,
+    _WEIGHT_DTYPES,
     _sm_count,
+    check_common,
     finalize_launcher,
+    require_contiguous,
+    split_chunks,
+    split_runner,
 )
 
 __all__ = ["ALGORITHM", "auto_split", "bind", "check_config", "decline"]
 
 _PARAMS = ("block_w", "block_ch", "num_warps", "split")
-_NUM_WARPS = (1, 2, 4, 8)
-_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")
-_MAX_GRID_YZ = 65535
-_MAX_SPLIT = 4096
-_INT32_LIMIT = 2**31 - 1
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators per thread (and as many for the x tile): no spills
 
 
@@ -141,18 +143,13 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     geo, cfg, p = args.geo, args.cfg, args.params
     block_w, block_ch = int(cfg["block_w"]), int(cfg["block_ch"])
     num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
-    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
-                    *(("a D", d) for d in args.ds)):
-        if not t.is_contiguous():
-            raise ValueError(f"depthwise conv_bwd_weight needs a contiguous {name} tensor")
+    require_contiguous(args, "depthwise")
     taps, G = geo.taps, geo.G
     filter_rows = taps // geo.filt3[2]
     R = geo.N * geo.out3[0] * geo.out3[1]
     if split <= 0:
         split = auto_split(p, block_w, block_ch, _sm_count(str(args.out.device)))
-    split = max(1, min(split, R, _MAX_SPLIT))
-    chunk = triton.cdiv(R, split)
-    split = triton.cdiv(R, chunk)  # no empty trailing chunks
+    split, chunk = split_chunks(split, R)
     total = taps * G
     use_int64 = (force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT or R + chunk >= _INT32_LIMIT)
     final = split == 1
@@ -164,43 +161,18 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
              *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides)
     finalize = None if final else finalize_launcher(split, total, use_int64, epi)
     fin_sizes = (total, split, G, 1, 1, geo.filt3[1], geo.filt3[2], *geo.w_strides)
-
-    def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        d = epilogue_args(ds, out)
-        if finalize is None:
-            main(x, dy, out, out, *d, alpha, beta, *sizes)
-            return
-        ws = torch.empty(split * total, dtype=torch.float32, device=out.device)
-        main(x, dy, out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, *fin_sizes)
-
-    return run
-
-
-def _is_pow2(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
 
 
 def check_config(cfg: dict) -> str | None:
-    missing = [n for n in _PARAMS if n not in cfg]
-    if missing:
-        return f"config lacks {', '.join(missing)} (depthwise takes {', '.join(_PARAMS)})"
-    if cfg["num_warps"] not in _NUM_WARPS:
-        return f"num_warps={cfg['num_warps']!r} is not one of {_NUM_WARPS}"
-    for name, top in (("block_w", 1024), ("block_ch", 1024)):
-        if not _is_pow2(cfg[name]) or cfg[name] > top:
-            return f"{name}={cfg[name]!r} must be a power of two from 1 to {top}"
-    split = cfg["split"]
-    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:
-        return f"split={split!r} must be an int from 0 (auto) to {_MAX_SPLIT}"
-    return None
+    return check_common(cfg, _PARAMS, "depthwise", ("block_w", "block_ch"))
 
 
 def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
     if dtype.name == "fp16_fp8":
         return "the depthwise kernel computes in fp32 FMA; it has no fp8 compute (fp16_fp8)"
-    if dtype.name not in _DTYPES:
-        return f"depthwise conv_bwd_weight takes the dtypes {', '.join(_DTYPES)}, not {dtype.name}"
+    if dtype.name not in _WEIGHT_DTYPES:
+        return f"depthwise conv_bwd_weight takes the dtypes {', '.join(_WEIGHT_DTYPES)}, not {dtype.name}"
     if p.C != 1 or p.K != 1:
         return f"depthwise kernel serves C = K = 1 per group; this problem has C={p.C}, K={p.K}"
     tile = _block_x(p) * cfg["block_w"] * cfg["block_ch"]

@@ -324,6 +324,39 @@ def finalize_launcher(split: int, total: int, use_int64: bool, epi: dict) -> Bou
                        BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= _INT32_LIMIT, num_warps=4, **epi)
 
 
+def require_contiguous(args: RunArgs, family: str) -> None:
+    """The direct kernels index their operands through flat strides of contiguous tensors."""
+    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
+                    *(("a D", d) for d in args.ds)):
+        if not t.is_contiguous():
+            raise ValueError(f"{family} conv_bwd_weight needs a contiguous {name} tensor")
+
+
+def split_chunks(split: int, length: int) -> tuple[int, int]:
+    """(splits, chunk) for a reduction of ``length`` in at most ``split`` chunks: clamped to
+    [1, min(length, _MAX_SPLIT)], and no empty trailing chunk."""
+    split = max(1, min(split, length, _MAX_SPLIT))
+    chunk = triton.cdiv(length, split)
+    return triton.cdiv(length, chunk), chunk
+
+
+def split_runner(main: BoundKernel, finalize: BoundKernel | None, sizes: tuple, fin_sizes: tuple,
+                 ws_numel: int) -> Runner:
+    """The runner of a split reduction: one launch with the epilogue (``finalize`` None), else the
+    main kernel into an fp32 workspace of ``ws_numel`` and the fixed-order reduce."""
+
+    def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        d = epilogue_args(ds, out)
+        if finalize is None:
+            main(x, dy, out, out, *d, alpha, beta, *sizes)
+            return
+        ws = torch.empty(ws_numel, dtype=torch.float32, device=out.device)
+        main(x, dy, out, ws, *d, alpha, beta, *sizes)
+        finalize(ws, out, *d, alpha, beta, *fin_sizes)
+
+    return run
+
+
 @functools.cache
 def _sm_count(device: str) -> int:
     dev = torch.device(device)
@@ -366,19 +399,14 @@ def bind_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> Runner:
     geo, cfg, p = args.geo, args.cfg, args.params
     block_p, block_ch = int(cfg["block_p"]), int(cfg["block_ch"])
     num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
-    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
-                    *(("a D", d) for d in args.ds)):
-        if not t.is_contiguous():
-            raise ValueError(f"direct conv_bwd_weight needs a contiguous {name} tensor")
+    require_contiguous(args, "direct")
     taps = geo.taps
     gkc = geo.G * geo.K * geo.C
     P = geo.N * math.prod(geo.out3)
     nt = _taps_per_program(taps, block_ch, num_warps)
     if split <= 0:
         split = auto_split(p, block_p, block_ch, num_warps, args.a.element_size(), _sm_count(str(args.out.device)))
-    split = max(1, min(split, P, _MAX_SPLIT))
-    chunk = triton.cdiv(P, split)
-    split = triton.cdiv(P, chunk)  # no empty trailing chunks
+    split, chunk = split_chunks(split, P)
     total = taps * gkc
     use_int64 = (force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT
                  or P + chunk + block_p >= _INT32_LIMIT)
@@ -402,17 +430,7 @@ def bind_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> Runner:
         sizes = (gkc, kc, geo.C, P, chunk, *geo_args)
     finalize = None if final else finalize_launcher(split, total, use_int64, epi)
     fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
-
-    def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        d = epilogue_args(ds, out)
-        if finalize is None:
-            main(x, dy, out, out, *d, alpha, beta, *sizes)
-            return
-        ws = torch.empty(split * total, dtype=torch.float32, device=out.device)
-        main(x, dy, out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, *fin_sizes)
-
-    return run
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -553,44 +571,39 @@ def _is_pow2(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
 
 
-def _check_common(cfg: dict, names: tuple[str, ...]) -> str | None:
+def check_common(cfg: dict, names: tuple[str, ...], family: str, pow2_blocks: tuple[str, ...]) -> str | None:
+    """The checks every direct-style family shares: all parameters present, num_warps, the named
+    block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
     missing = [n for n in names if n not in cfg]
     if missing:
-        return f"config lacks {', '.join(missing)} (direct takes {', '.join(names)})"
+        return f"config lacks {', '.join(missing)} ({family} takes {', '.join(names)})"
     if cfg["num_warps"] not in _NUM_WARPS:
         return f"num_warps={cfg['num_warps']!r} is not one of {_NUM_WARPS}"
-    if not _is_pow2(cfg["block_ch"]) or cfg["block_ch"] > 1024:
-        return f"block_ch={cfg['block_ch']!r} must be a power of two from 1 to 1024"
+    for name in pow2_blocks:
+        if not _is_pow2(cfg[name]) or cfg[name] > 1024:
+            return f"{name}={cfg[name]!r} must be a power of two from 1 to 1024"
+    split = cfg.get("split", 0)
+    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:
+        return f"split={split!r} must be an int from 0 (auto) to {_MAX_SPLIT}"
+    return None
+
+
+def _check_config(cfg: dict, names: tuple[str, ...], what: str) -> str | None:
+    reason = check_common(cfg, names, "direct", ("block_ch", "block_p"))
+    if reason:
+        return reason
+    tile = cfg["block_p"] * cfg["block_ch"]
+    if tile > 64 * 32 * cfg["num_warps"]:
+        return f"block_p*block_ch={tile} needs more than 64 fp32 {what} per thread with num_warps={cfg['num_warps']}"
     return None
 
 
 def check_config_bwd_data(cfg: dict) -> str | None:
-    reason = _check_common(cfg, _DATA_PARAMS)
-    if reason:
-        return reason
-    if not _is_pow2(cfg["block_p"]) or cfg["block_p"] > 1024:
-        return f"block_p={cfg['block_p']!r} must be a power of two from 1 to 1024"
-    tile = cfg["block_p"] * cfg["block_ch"]
-    if tile > 64 * 32 * cfg["num_warps"]:
-        return (f"block_p*block_ch={tile} needs more than 64 fp32 accumulators per thread with "
-                f"num_warps={cfg['num_warps']}")
-    return None
+    return _check_config(cfg, _DATA_PARAMS, "accumulators")
 
 
 def check_config_bwd_weight(cfg: dict) -> str | None:
-    reason = _check_common(cfg, _WEIGHT_PARAMS)
-    if reason:
-        return reason
-    if not _is_pow2(cfg["block_p"]) or cfg["block_p"] > 1024:
-        return f"block_p={cfg['block_p']!r} (positions per tile) must be a power of two from 1 to 1024"
-    tile = cfg["block_p"] * cfg["block_ch"]
-    if tile > 64 * 32 * cfg["num_warps"]:
-        return (f"block_p*block_ch={tile} needs more than 64 fp32 registers per thread for the "
-                f"grad_out tile with num_warps={cfg['num_warps']}")
-    split = cfg["split"]
-    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:
-        return f"split={split!r} must be an int from 0 (auto) to {_MAX_SPLIT}"
-    return None
+    return _check_config(cfg, _WEIGHT_PARAMS, "registers (the grad_out tile)")
 
 
 def _decline_common(p: ConvParams, dtype: DataType, allowed: tuple[str, ...], op: str) -> str | None:
