@@ -84,6 +84,7 @@ KERNEL_MODULES = (
     "instance_factory.kernels.bwd_weight_igemm",
     "instance_factory.kernels.direct_grouped",
     "instance_factory.kernels.depthwise_wgrad",
+    "instance_factory.kernels.grouped_blockdiag",
 )
 
 

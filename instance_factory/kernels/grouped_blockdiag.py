@@ -1,0 +1,452 @@
+"""Grouped convolutions with few channels per group on tensor cores: block-diagonal tiles ("blockdiag").
+
+A grouped convolution is G independent GEMMs. With C, K per group below tl.dot's smallest tile
+(16) one group per program wastes most of each tile and gathers short rows; ``direct`` avoids the
+waste but runs on fp32 FMAs and re-reads dy once per output channel. Here one program owns GPT
+whole groups side by side: in the channels-last layouts the flattened (g, c) and (g, k) axes of
+those groups are contiguous, so every operand row is one contiguous run of GPT*C (or GPT*K)
+elements, and the weight becomes a block-diagonal [GPT*K x GPT*C] tile (zeros off the diagonal
+blocks). The tensor cores then do GPT times the useful work, which at 16x16 tiles costs less than
+the FMA path, while HBM sees each operand once.
+
+conv_bwd_data: dx[m, (g, c)] = sum over taps hitting m's stride phase of
+    dy[m shifted by the tap, (g, k)] @ blockdiag(w[g, k, tap, c]).
+    Grid = (position tiles of the largest stride phase, group blocks, stride phases); as in
+    ``direct`` a program's positions all lie in one phase, so a tap's hit test is a scalar branch.
+
+conv_bwd_weight: dw[(g, k), (tap, g, c)] = sum over positions p of dy[p, (g, k)]^T @ x[p + tap, (g, c)].
+    The taps of a program are folded into the GEMM's N axis: one [BLOCK_K x BLOCK_P] dy tile times
+    one [BLOCK_P x NTP*BLOCK_N] gather of x (neighbouring taps hit the same lines in L1). Which
+    (position, tap) pairs read inside the input is computed once per position as a bit mask over
+    the program's taps, so the per-element cost of the gather is a shift and a test. Only the
+    diagonal blocks of the [BLOCK_K x NTP*BLOCK_N] accumulator are kept. The long N*prod(out)
+    reduction is split into chunks with fp32 partials and ``direct``'s deterministic reduce.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .direct_grouped import (
+    _INT32_LIMIT,
+    _MAX_GRID_YZ,
+    _MAX_SPLIT,
+    _reduction_chunk,
+    _sm_count,
+    _split_position,
+    _tap_of,
+    check_common,
+    finalize_launcher,
+    require_contiguous,
+    split_chunks,
+    split_runner,
+)
+
+__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "tile_groups"]
+
+MAX_CHANNELS_PER_GROUP = 64  # wider groups fill igemm's own tiles
+_MIN_DOT = 16  # tl.dot's smallest tile side
+_MAX_ROWS = 128  # BLOCK_K: the rows (g, k) of a tile
+_MAX_TAPS_PER_PROGRAM = 16  # the per-position tap bit mask is an int32
+_DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
+_WEIGHT_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")
+
+
+def tile_groups(K: int, C: int, block_n: int) -> tuple[int, int, int]:
+    """(groups per tile GPT, column block, row block) for C, K per group and ``block_n`` columns:
+    as many whole groups as fit in block_n columns and 128 rows; both blocks at least 16."""
+    gpt = max(1, min(block_n // C, _MAX_ROWS // K))
+    bn = max(_MIN_DOT, triton.next_power_of_2(gpt * C))
+    bk = max(_MIN_DOT, triton.next_power_of_2(gpt * K))
+    return gpt, bn, bk
+
+
+# ------------------------------------------------------------------------------------------------
+# conv_bwd_data
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _bd_dgrad_kernel(
+    dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    N, G,
+    Di, Hi, Wi, Do, Ho, Wo,
+    FZ, FY, FX,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    MD, MH, MW,  # the largest phase's position counts per dim: ceil(in / stride)
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # result (and every D) strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # weight strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,  # per group, groups per tile
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,  # (g, c) / (g, k) contiguous: flat offsets
+    USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    phase = tl.program_id(2)
+
+    # ---- the stride phase (r_d, r_h, r_w): residues below the input length only ---------------
+    nr_w = tl.minimum(s_w, Wi)
+    nr_h = tl.minimum(s_h, Hi)
+    r_w = phase % nr_w
+    r_h = (phase // nr_w) % nr_h
+    r_d = phase // (nr_w * nr_h)
+    cnt_d = (Di - r_d + s_d - 1) // s_d
+    cnt_h = (Hi - r_h + s_h - 1) // s_h
+    cnt_w = (Wi - r_w + s_w - 1) // s_w
+
+    # ---- input positions of this phase: flattened (n, i_d, i_h, i_w), hi = r + s*i ----------
+    if USE_INT64:
+        pid_m = pid_m.to(tl.int64)
+    pos = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    b_w = pos % MW
+    q = pos // MW
+    b_h = q % MH
+    q = q // MH
+    b_d = q % MD
+    n = q // MD
+    pmask = (n < N) & (b_d < cnt_d) & (b_h < cnt_h) & (b_w < cnt_w)
+    y_n = n * ys_n
+
+    # ---- the GPT groups of this program: columns (g, c), rows (g, k) ---------------------------
+    g0 = pid_g * GPT
+    jn = tl.arange(0, BLOCK_N)
+    jk = tl.arange(0, BLOCK_K)
+    gl_n = jn // C
+    gl_k = jk // K
+    n_ok = (gl_n < GPT) & (g0 + gl_n < G)
+    k_ok = (gl_k < GPT) & (g0 + gl_k < G)
+    if PACKED_Y:
+        a_col = g0 * K + jk
+    else:
+        a_col = (g0 + gl_k) * ys_g + (jk % K) * ys_k
+    b_off = ((g0 + gl_k) * ws_g + (jk % K) * ws_k)[:, None] + ((jn % C) * ws_c)[None, :]
+    b_mask = k_ok[:, None] & n_ok[None, :] & (gl_k[:, None] == gl_n[None, :])
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # tap z hits phase r iff (r + pad - z*dil) % s == 0; shifted by s*dil*(F-1) to stay >= 0
+    for z in range(FZ):
+        a_d = r_d + pad_d + s_d * dil_d * (FZ - 1) - z * dil_d
+        if a_d % s_d == 0:
+            o_d = b_d + (a_d // s_d - dil_d * (FZ - 1))
+            m_d = pmask & (o_d >= 0) & (o_d < Do)
+            for y in range(FY):
+                a_h = r_h + pad_h + s_h * dil_h * (FY - 1) - y * dil_h
+                if a_h % s_h == 0:
+                    o_h = b_h + (a_h // s_h - dil_h * (FY - 1))
+                    m_h = m_d & (o_h >= 0) & (o_h < Ho)
+                    for x in range(FX):
+                        a_w = r_w + pad_w + s_w * dil_w * (FX - 1) - x * dil_w
+                        if a_w % s_w == 0:
+                            o_w = b_w + (a_w // s_w - dil_w * (FX - 1))
+                            m = m_h & (o_w >= 0) & (o_w < Wo)
+                            y_pos = y_n + o_d * ys_d + o_h * ys_h + o_w * ys_w
+                            a = tl.load(dy_ptr + (y_pos[:, None] + a_col[None, :]),
+                                        mask=m[:, None] & k_ok[None, :], other=0.0)
+                            b = tl.load(w_ptr + (z * ws_z + y * ws_y + x * ws_x) + b_off, mask=b_mask,
+                                        other=0.0)
+                            if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+                                a = a.to(tl.float32)
+                                b = b.to(tl.float32)
+                            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    x_pos = (n * xs_n + (r_d + s_d * b_d) * xs_d + (r_h + s_h * b_h) * xs_h
+             + (r_w + s_w * b_w) * xs_w)
+    if PACKED_X:
+        x_col = g0 * C + jn
+    else:
+        x_col = (g0 + gl_n) * xs_g + (jn % C) * xs_c
+    offs = x_pos[:, None] + x_col[None, :]
+    mask = pmask[:, None] & n_ok[None, :]
+    acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                         OP, NUM_DS, USER_FN)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """Stride phases that hold input positions: min(stride, in) per dim."""
+    return math.prod(min(s, i) for s, i in zip(strides, input_lens))
+
+
+def _packed(strides: tuple[int, ...], per_group: int) -> bool:
+    """(g, ch) flattened is one contiguous axis: ch stride 1 and g stride = channels per group."""
+    return strides[2] == 1 and strides[0] == per_group
+
+
+def _precision(args: RunArgs) -> tuple[bool, str]:
+    """(upcast bf16 operands to fp32 before tl.dot, tl.dot's input_precision)."""
+    dt = args.dtype
+    upcast = interpreting() and dt.data == torch.bfloat16  # bf16 tl.dot is wrong there (triton#11584)
+    return upcast, "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
+
+
+def bind_bwd_data(args: RunArgs) -> Runner:
+    """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
+    geo, cfg = args.geo, args.cfg
+    for name, t in (("grad_out", args.a), ("weight", args.b), ("grad_in", args.out),
+                    *(("a D", d) for d in args.ds)):
+        if not t.is_contiguous():
+            raise ValueError(f"blockdiag conv_bwd_data needs a contiguous {name} tensor")
+    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg["block_n"]))
+    bm = int(cfg["block_m"])
+    md, mh, mw = (triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))
+    n_pos = geo.N * md * mh * mw
+    use_int64 = geo.needs_int64 or n_pos + bm >= _INT32_LIMIT
+    upcast, precision = _precision(args)
+    grid = (triton.cdiv(n_pos, bm), triton.cdiv(geo.G, gpt), _num_phases(geo.in3, geo.stride3))
+    kernel = BoundKernel(
+        _bd_dgrad_kernel, grid,
+        K=geo.K, C=geo.C, GPT=gpt, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
+        USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
+        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
+        num_warps=int(cfg["num_warps"]),
+    )
+    sizes = (geo.N, geo.G, *geo.in3, *geo.out3, *geo.filt3, *geo.stride3, *geo.dil3, *geo.pad3,
+             md, mh, mw, *geo.x_strides, *geo.w_strides, *geo.y_strides)
+
+    def run(dy, w, out, ds: tuple, alpha: float, beta: float) -> None:
+        kernel(dy, w, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------
+# conv_bwd_weight
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _bd_wgrad_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    G, P, chunk,  # groups, reduction length N*Do*Ho*Wo, positions per split chunk
+    Do, Ho, Wo, Di, Hi, Wi,
+    FY, FX, TAPS,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NT: tl.constexpr, NTP: tl.constexpr,  # taps per program and its power of two
+    PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
+    FINAL: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_g = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    g0 = pid_g * GPT
+    t0 = pid_t * NT
+
+    # ---- rows: (g, k) of the GPT groups -----------------------------------------------------
+    jk = tl.arange(0, BLOCK_K)
+    gl_k = jk // K
+    k_ok = (gl_k < GPT) & (g0 + gl_k < G)
+    if PACKED_Y:
+        y_row = g0 * K + jk
+    else:
+        y_row = (g0 + gl_k) * ys_g + (jk % K) * ys_k
+
+    # ---- columns: (tap, g, c), the program's taps side by side --------------------------------
+    jb = tl.arange(0, NTP * BLOCK_N)
+    tap_l = jb // BLOCK_N
+    jn = jb % BLOCK_N
+    gl_n = jn // C
+    t = t0 + tap_l
+    col_ok = (tap_l < NT) & (t < TAPS) & (gl_n < GPT) & (g0 + gl_n < G)
+    tz, ty, tx = _tap_of(t, FY, FX)
+    if PACKED_X:
+        x_ch = g0 * C + jn
+    else:
+        x_ch = (g0 + gl_n) * xs_g + (jn % C) * xs_c
+    x_col = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w + x_ch
+    tap_bit = tl.where(col_ok, tap_l, 31)  # bit 31 is never set: masked column
+    if USE_INT64:
+        y_row = y_row.to(tl.int64)
+        x_col = x_col.to(tl.int64)
+
+    sid, p_start, p_end, prow = _reduction_chunk(pid_s, chunk, P, BLOCK_P, USE_INT64)
+    acc = tl.zeros((BLOCK_K, NTP * BLOCK_N), dtype=tl.float32)
+    for p0 in range(p_start, p_end, BLOCK_P):
+        p = p0 + prow
+        pm = p < p_end
+        n, od, oh, ow = _split_position(p, Do, Ho, Wo)
+        y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+        a = tl.load(dy_ptr + (y_row[:, None] + y_pos[None, :]), mask=k_ok[:, None] & pm[None, :], other=0.0)
+        b_d = od * s_d - pad_d  # input position of tap 0
+        b_h = oh * s_h - pad_h
+        b_w = ow * s_w - pad_w
+        # bit tt of valid: position p reads inside the input at tap t0 + tt
+        valid = tl.zeros((BLOCK_P,), dtype=tl.int32)
+        for tt in tl.static_range(NT):
+            sz, sy, sx = _tap_of(t0 + tt, FY, FX)
+            i_d = b_d + sz * dil_d
+            i_h = b_h + sy * dil_h
+            i_w = b_w + sx * dil_w
+            lim_w = tl.where(t0 + tt < TAPS, Wi, 0)  # a scalar bool & vector bool mistypes in the interpreter
+            ok = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
+            valid = valid | (ok.to(tl.int32) << tt)
+        x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
+        b_mask = ((valid[:, None] >> tap_bit[None, :]) & 1) != 0
+        b = tl.load(x_ptr + (x_pos[:, None] + x_col[None, :]), mask=b_mask, other=0.0)
+        if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    # ---- keep the diagonal blocks: row group == column group ----------------------------------
+    keep = k_ok[:, None] & col_ok[None, :] & (gl_k[:, None] == gl_n[None, :])
+    g = g0 + gl_k
+    k = jk % K
+    c = jn % C
+    if FINAL:
+        offs = (g * ws_g + k * ws_k)[:, None] + (c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x)[None, :]
+        acc = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                             OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=keep)
+    else:  # fp32 partials [split, taps, G*K*C], the layout of direct's reduce
+        GKC = G * (K * C)
+        offs = (sid * (TAPS * GKC) + g * (K * C) + k * C)[:, None] + (t * GKC + c)[None, :]
+        tl.store(ws_ptr + offs, acc, mask=keep)
+
+
+def _taps_per_program(taps: int, bk: int, bn: int, num_warps: int) -> int:
+    """Taps folded into one program's N axis: at most 64 fp32 accumulators per thread and 16 taps
+    (the bit mask); a large filter is spread evenly over grid axis 1."""
+    cap = max(1, (64 * 32 * num_warps) // (bk * bn))
+    cap = min(1 << (cap.bit_length() - 1), _MAX_TAPS_PER_PROGRAM)
+    return triton.cdiv(taps, triton.cdiv(taps, cap))
+
+
+def auto_split(params: ConvParams, base_programs: int, block_p: int, sms: int) -> int:
+    """Reduction chunks: ~8 programs per SM, each chunk at least 4 position tiles long."""
+    P = params.N * math.prod(params.output)
+    want = triton.cdiv(8 * sms, base_programs)
+    return int(max(1, min(want, P // (4 * block_p), _MAX_SPLIT)))
+
+
+def bind_bwd_weight(args: RunArgs) -> Runner:
+    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
+    geo, cfg, p = args.geo, args.cfg, args.params
+    require_contiguous(args, "blockdiag")
+    block_p, num_warps, split = int(cfg["block_p"]), int(cfg["num_warps"]), int(cfg["split"])
+    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg["block_n"]))
+    taps = geo.taps
+    nt = _taps_per_program(taps, bk, bn, num_warps)
+    gblocks = triton.cdiv(geo.G, gpt)
+    P = geo.N * math.prod(geo.out3)
+    if split <= 0:
+        split = auto_split(p, gblocks * triton.cdiv(taps, nt), block_p, _sm_count(str(args.out.device)))
+    split, chunk = split_chunks(split, P)
+    gkc = geo.G * geo.K * geo.C
+    total = taps * gkc
+    use_int64 = geo.needs_int64 or split * total >= _INT32_LIMIT or P + chunk + block_p >= _INT32_LIMIT
+    final = split == 1
+    upcast, precision = _precision(args)
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    main = BoundKernel(
+        _bd_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
+        K=geo.K, C=geo.C, GPT=gpt, BLOCK_P=block_p, BLOCK_N=bn, BLOCK_K=bk,
+        NT=nt, NTP=triton.next_power_of_2(nt),
+        PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
+        FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
+        num_warps=num_warps, **epi,
+    )
+    sizes = (geo.G, P, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps, *geo.stride3, *geo.dil3,
+             *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides)
+    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
+    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
+
+
+# ------------------------------------------------------------------------------------------------
+# configs and declines
+# ------------------------------------------------------------------------------------------------
+def _check_tile(cfg: dict, names: tuple[str, ...], pos_block: str) -> str | None:
+    reason = check_common(cfg, names, "blockdiag", (pos_block, "block_n"))
+    if reason:
+        return reason
+    if cfg[pos_block] < _MIN_DOT or cfg["block_n"] < _MIN_DOT:
+        return f"{pos_block} and block_n must be at least {_MIN_DOT} (tl.dot's smallest tile)"
+    return None
+
+
+def check_config_bwd_data(cfg: dict) -> str | None:
+    reason = _check_tile(cfg, _DATA_PARAMS, "block_m")
+    if reason is None and cfg["block_m"] * cfg["block_n"] > 128 * 32 * cfg["num_warps"]:
+        return (f"block_m*block_n={cfg['block_m'] * cfg['block_n']} needs more than 128 fp32 "
+                f"accumulators per thread with num_warps={cfg['num_warps']}")
+    return reason
+
+
+def check_config_bwd_weight(cfg: dict) -> str | None:
+    return _check_tile(cfg, _WEIGHT_PARAMS, "block_p")
+
+
+def _decline_common(cfg: dict, p: ConvParams, dtype: DataType, allowed: tuple[str, ...], op: str) -> str | None:
+    if dtype.name not in allowed:
+        return f"blockdiag {op} takes the dtypes {', '.join(allowed)}, not {dtype.name}"
+    if p.G == 1:
+        return "blockdiag is for grouped convolutions (G > 1); a dense one is igemm's"
+    if p.C > MAX_CHANNELS_PER_GROUP or p.K > MAX_CHANNELS_PER_GROUP:
+        return (f"blockdiag serves C, K per group <= {MAX_CHANNELS_PER_GROUP}; this problem has "
+                f"C={p.C}, K={p.K} (igemm's tiles fit it)")
+    if p.C > cfg["block_n"]:
+        return f"C={p.C} per group is wider than block_n={cfg['block_n']}: one group must fit a tile"
+    gpt, _, _ = tile_groups(p.K, p.C, cfg["block_n"])
+    if triton.cdiv(p.G, gpt) > _MAX_GRID_YZ:
+        return f"G={p.G} needs more than {_MAX_GRID_YZ} group blocks of {gpt}"
+    return None
+
+
+def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+                     fused: FusedOp) -> str | None:
+    reason = _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data")
+    if reason:
+        return reason
+    phases = _num_phases(p.input, p.stride)
+    if phases > _MAX_GRID_YZ:
+        return f"{phases} stride phases exceed the grid's {_MAX_GRID_YZ}"
+    return None
+
+
+def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+                       fused: FusedOp) -> str | None:
+    reason = _decline_common(cfg, p, dtype, _WEIGHT_DTYPES, "conv_bwd_weight")
+    if reason:
+        return reason
+    _, bn, bk = tile_groups(p.K, p.C, cfg["block_n"])
+    taps = math.prod(p.filter)
+    nt = _taps_per_program(taps, bk, bn, cfg["num_warps"])
+    if triton.cdiv(taps, nt) > _MAX_GRID_YZ:
+        return f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {nt}"
+    return None
+
+
+_DATA_PARAMS = ("block_m", "block_n", "num_warps")
+_WEIGHT_PARAMS = ("block_p", "block_n", "num_warps", "split")
+
+ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
+    op="conv_bwd_data", name="blockdiag", param_names=_DATA_PARAMS,
+    check_config=check_config_bwd_data, decline=decline_bwd_data, bind=bind_bwd_data,
+    description="grouped dgrad with few channels per group on tensor cores: several whole groups per "
+                "tile, block-diagonal weight tile, one stride phase per program, fused epilogue",
+))
+
+ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
+    op="conv_bwd_weight", name="blockdiag", param_names=_WEIGHT_PARAMS,
+    check_config=check_config_bwd_weight, decline=decline_bwd_weight, bind=bind_bwd_weight,
+    description="grouped wgrad with few channels per group on tensor cores: several whole groups per "
+                "tile, the program's taps folded into N, diagonal blocks kept, split reduction",
+))

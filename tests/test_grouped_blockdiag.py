@@ -1,0 +1,181 @@
+"""Block-diagonal tensor-core kernels for few-channel grouped convolutions ("blockdiag"), both passes.
+
+Every case runs a registered instance through ``verify_instance`` (the public checks, fresh random
+data, a NaN-poisoned result, float64 reference, the dtype's tolerance). Runs in the Triton
+interpreter on CPU tensors or on a CUDA GPU.
+"""
+
+import dataclasses
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402, F401  (a @triton.jit function needs tl in its globals)
+
+from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
+from instance_factory.kernels.grouped_blockdiag import tile_groups  # noqa: E402
+from instance_factory.layouts import layout_for  # noqa: E402
+from instance_factory.problem import ConvParams  # noqa: E402
+from instance_factory.registry import get_registry  # noqa: E402
+from instance_factory.verify import Case, verify_instance  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+
+DEV = "cpu" if interpreting() else "cuda"
+DATA = ALGORITHMS[("conv_bwd_data", "blockdiag")]
+WEIGHT = ALGORITHMS[("conv_bwd_weight", "blockdiag")]
+OPS = ("conv_bwd_data", "conv_bwd_weight")
+
+
+def shape(ndim: int, G: int, K: int, C: int, N: int = 2) -> ConvParams:
+    """One small problem per ndim with stride, dilation and asymmetric pads."""
+    if ndim == 1:
+        return ConvParams(1, G, N, K, C, (3,), (11,), (2,), (2,), (2,), (1,))
+    if ndim == 2:
+        return ConvParams(2, G, N, K, C, (3, 2), (5, 6), (1, 3), (1, 2), (1, 0), (0, 2))
+    return ConvParams(3, G, N, K, C, (2, 3, 3), (3, 4, 5), (1, 2, 1), (2, 1, 1), (1, 1, 0), (0, 1, 2))
+
+
+def instance(op: str, p: ConvParams, layout: str, dtype: str, fused: str = "passthrough", **cfg):
+    """A registered blockdiag instance for the combination with these parameters (configs the YAML
+    does not declare, e.g. other splits, replace the parameters of a registered one)."""
+    runnable, declined = get_registry().candidates(op, p, layout, dtype, fused)
+    for inst in runnable:
+        if inst.alg.name == "blockdiag":
+            inst = dataclasses.replace(inst, config=tuple((k, cfg.get(k, v)) for k, v in inst.config))
+            assert inst.alg.check_config(inst.cfg) is None
+            if inst.decline(p) is None:
+                return inst
+    reasons = {r for i, r in declined if i.alg.name == "blockdiag"}
+    raise AssertionError(f"no blockdiag instance {cfg} runs {p.key()}: {reasons}")
+
+
+def check(op: str, p: ConvParams, family: str = "nhwgc", dtype: str = "fp32", fused: str = "passthrough",
+          n_ds: int = 0, **cfg) -> None:
+    layout = layout_for(family, p.ndim).name
+    res = verify_instance(instance(op, p, layout, dtype, fused, **cfg), Case(op, p, layout, dtype, fused, n_ds), DEV)
+    assert res.passed, f"{res.instance} {p.key()}: rel. error {res.error:.3g} > {res.tolerance}"
+
+
+SMALL_DATA = dict(block_m=64, block_n=16, num_warps=4)
+SMALL_WEIGHT = dict(block_p=32, block_n=16, num_warps=4, split=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# tiles, configs, declines
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("K,C,block_n,want", [
+    (1, 1, 16, (16, 16, 16)),  # depthwise: 16 groups per tile
+    (4, 4, 16, (4, 16, 16)),
+    (8, 8, 16, (2, 16, 16)),
+    (8, 8, 64, (8, 64, 64)),
+    (3, 5, 16, (3, 16, 16)),  # C=5: 3 groups in 15 of 16 columns
+    (24, 24, 32, (1, 32, 32)),
+    (64, 4, 64, (2, 16, 128)),  # rows capped at 128
+])
+def test_tile_groups(K, C, block_n, want):
+    assert tile_groups(K, C, block_n) == want
+
+
+def test_config_checks():
+    assert DATA.check_config(dict(block_m=64, block_n=16, num_warps=4)) is None
+    assert "block_n" in DATA.check_config(dict(block_m=64, block_n=8, num_warps=4))
+    assert "accumulators" in DATA.check_config(dict(block_m=1024, block_n=64, num_warps=4))
+    assert WEIGHT.check_config(dict(block_p=32, block_n=16, num_warps=4, split=0)) is None
+    assert "split" in WEIGHT.check_config(dict(block_p=32, block_n=16, num_warps=4, split=-1))
+    assert "block_p" in WEIGHT.check_config(dict(block_p=8, block_n=16, num_warps=4, split=0))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_declines_say_why(op):
+    alg = DATA if op == "conv_bwd_data" else WEIGHT
+    cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
+    lt = layout_for("nhwgc", 2)
+    fused = FUSED_OPS["passthrough"]
+    dense = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert "G > 1" in alg.decline(cfg, dense, lt, DATA_TYPES["fp16"], fused)
+    wide = ConvParams(2, 2, 2, 128, 128, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert "igemm" in alg.decline(cfg, wide, lt, DATA_TYPES["fp16"], fused)
+    c24 = ConvParams(2, 2, 2, 24, 24, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert "block_n" in alg.decline(cfg, c24, lt, DATA_TYPES["fp16"], fused)
+    assert "fp16_fp8" in (alg.decline(cfg, shape(2, 4, 4, 4), lt, DATA_TYPES["fp16_fp8"], fused) or "")
+
+
+# ------------------------------------------------------------------------------------------------
+# correctness
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("family", ["nhwgc", "gnhwc", "ngchw", "ngchw_kcyx"])
+def test_layouts_and_ndims(op, ndim, family):
+    cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
+    check(op, shape(ndim, 5, 4, 3), family, **cfg)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["fp32_tf32", "fp16", "bf16"])
+def test_dtypes(op, dtype):
+    cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
+    check(op, shape(2, 6, 4, 4), dtype=dtype, **cfg)
+
+
+def test_bf16_with_fp32_weight_gradient():
+    check("conv_bwd_weight", shape(2, 6, 4, 4), dtype="bf16_fp32w", **SMALL_WEIGHT)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("K,C", [(1, 1), (8, 8), (2, 7), (16, 16), (24, 24)])
+def test_channels_per_group(op, K, C):
+    """Depthwise, C != K, a C that is not a power of two, one group wider than 16."""
+    block_n = 32 if C > 16 else 16
+    cfg = {**(SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT), "block_n": block_n}
+    check(op, shape(2, 19 if C == 1 else 3, K, C), dtype="fp16", **cfg)
+
+
+@pytest.mark.parametrize("split", [1, 3, 7])
+def test_weight_splits(split):
+    """split 1 stores through the epilogue in the main kernel; more use the fixed-order reduce."""
+    check("conv_bwd_weight", shape(2, 5, 4, 4), **{**SMALL_WEIGHT, "split": split})
+
+
+def test_weight_taps_spread_over_programs():
+    """A 7x7 filter with 32-wide tiles: the taps do not fit one program's N axis."""
+    p = ConvParams(2, 2, 1, 16, 16, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    check("conv_bwd_weight", p, dtype="fp16", block_p=32, block_n=16, num_warps=4, split=2)
+
+
+def test_data_strided_phases_without_taps():
+    """Stride 3 with a 1x1 filter: most phases get no tap and must still write f(0, D)."""
+    p = ConvParams(2, 4, 2, 4, 4, (1, 1), (7, 8), (3, 3), (1, 1), (0, 0), (0, 0))
+    check("conv_bwd_data", p, fused="bilinear", n_ds=1, **SMALL_DATA)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("fused,n_ds", [("scale", 0), ("bilinear", 1), ("add", 2), ("add_relu", 1)])
+def test_fused_ops(op, fused, n_ds):
+    cfg = SMALL_DATA if op == "conv_bwd_data" else {**SMALL_WEIGHT, "split": 1}
+    check(op, shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, **cfg)
+
+
+@triton.jit
+def _halve_plus(acc, d0):
+    return 0.5 * acc + d0 * d0
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_custom_epilogue(op):
+    p = shape(2, 4, 4, 4)
+    layout = layout_for("nhwgc", 2).name
+    cfg = SMALL_DATA if op == "conv_bwd_data" else {**SMALL_WEIGHT, "split": 2}
+    res = verify_instance(instance(op, p, layout, "fp32", "custom", **cfg),
+                          Case(op, p, layout, "fp32", "custom", 1), DEV,
+                          user_fn=_halve_plus, user_ref=lambda acc, d0: 0.5 * acc + d0 * d0)
+    assert res.passed, res
