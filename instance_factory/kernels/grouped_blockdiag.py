@@ -71,6 +71,14 @@ def tile_groups(K: int, C: int, block_n: int) -> tuple[int, int, int]:
     return gpt, bn, bk
 
 
+@triton.jit
+def _channels_ok(j, g0, G, PER: tl.constexpr, GPT: tl.constexpr):
+    """Which of a tile's flattened (group, channel) slots j hold a real channel of groups g0 ..
+    g0+GPT-1: written as a bound on the flat index (not on j // PER) so that the mask stays constant
+    over aligned runs of 16 and the loads and stores it guards can vectorize."""
+    return (j < GPT * PER) & (g0 * PER + j < G * PER)
+
+
 # ------------------------------------------------------------------------------------------------
 # conv_bwd_data
 # ------------------------------------------------------------------------------------------------
@@ -125,8 +133,8 @@ def _bd_dgrad_kernel(
     jk = tl.arange(0, BLOCK_K)
     gl_n = jn // C
     gl_k = jk // K
-    n_ok = (gl_n < GPT) & (g0 + gl_n < G)
-    k_ok = (gl_k < GPT) & (g0 + gl_k < G)
+    n_ok = _channels_ok(jn, g0, G, C, GPT)
+    k_ok = _channels_ok(jk, g0, G, K, GPT)
     if PACKED_Y:
         a_col = g0 * K + jk
     else:
@@ -252,7 +260,7 @@ def _bd_wgrad_kernel(
     # ---- rows: (g, k) of the GPT groups -----------------------------------------------------
     jk = tl.arange(0, BLOCK_K)
     gl_k = jk // K
-    k_ok = (gl_k < GPT) & (g0 + gl_k < G)
+    k_ok = _channels_ok(jk, g0, G, K, GPT)
     if PACKED_Y:
         y_row = g0 * K + jk
     else:
@@ -264,14 +272,13 @@ def _bd_wgrad_kernel(
     jn = jb % BLOCK_N
     gl_n = jn // C
     t = t0 + tap_l
-    col_ok = (tap_l < NT) & (t < TAPS) & (gl_n < GPT) & (g0 + gl_n < G)
+    ch_ok = _channels_ok(jn, g0, G, C, GPT)
     tz, ty, tx = _tap_of(t, FY, FX)
     if PACKED_X:
         x_ch = g0 * C + jn
     else:
         x_ch = (g0 + gl_n) * xs_g + (jn % C) * xs_c
     x_col = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w + x_ch
-    tap_bit = tl.where(col_ok, tap_l, 31)  # bit 31 is never set: masked column
     if USE_INT64:
         y_row = y_row.to(tl.int64)
         x_col = x_col.to(tl.int64)
@@ -287,7 +294,8 @@ def _bd_wgrad_kernel(
         b_d = od * s_d - pad_d  # input position of tap 0
         b_h = oh * s_h - pad_h
         b_w = ow * s_w - pad_w
-        # bit tt of valid: position p reads inside the input at tap t0 + tt
+        # bit tt of valid: position p reads inside the input at tap t0 + tt (never set for taps
+        # past the filter); tested per column with a shift, constant over a tap's BLOCK_N columns
         valid = tl.zeros((BLOCK_P,), dtype=tl.int32)
         for tt in tl.static_range(NT):
             sz, sy, sx = _tap_of(t0 + tt, FY, FX)
@@ -298,7 +306,7 @@ def _bd_wgrad_kernel(
             ok = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
             valid = valid | (ok.to(tl.int32) << tt)
         x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
-        b_mask = ((valid[:, None] >> tap_bit[None, :]) & 1) != 0
+        b_mask = (((valid[:, None] >> tap_l[None, :]) & 1) != 0) & ch_ok[None, :]
         b = tl.load(x_ptr + (x_pos[:, None] + x_col[None, :]), mask=b_mask, other=0.0)
         if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
             a = a.to(tl.float32)
@@ -306,7 +314,7 @@ def _bd_wgrad_kernel(
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     # ---- keep the diagonal blocks: row group == column group ----------------------------------
-    keep = k_ok[:, None] & col_ok[None, :] & (gl_k[:, None] == gl_n[None, :])
+    keep = k_ok[:, None] & (ch_ok & (tap_l < NT) & (t < TAPS))[None, :] & (gl_k[:, None] == gl_n[None, :])
     g = g0 + gl_k
     k = jk % K
     c = jn % C

@@ -1,0 +1,154 @@
+"""Compile kernels for an NVIDIA target on a machine without a GPU: compile errors, registers, spills.
+
+Triton's wheel carries ptxas, so a kernel can be built for sm_90 (Hopper) here: the
+per-problem launch arguments are taken from a real ``bind`` on CPU tensors (the same constexprs and
+integer arguments a GPU launch would pass), pointers typed by the tensors' dtypes. This catches what
+the interpreter does not (layouts, tl.dot shapes, shared memory, register pressure) before any device
+time is spent; it says nothing about speed.
+
+    python tools/compile_check.py --pattern '*blockdiag*' --dtype bf16 --problem 2d-g64-n64-k4-c4-f3x3-i56x56-s1x1-d1x1-l1x1-r1x1
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("TRITON_INTERPRET", "0")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from instance_factory import fast_launch, ops  # noqa: E402
+from instance_factory.dtypes import op_kwargs  # noqa: E402
+from instance_factory.ops import make_problem_tensors, prepare  # noqa: E402
+from instance_factory.problem import ConvParams  # noqa: E402
+from instance_factory.registry import get_registry  # noqa: E402
+
+_PTR_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
+              torch.int64: "*i64", torch.uint8: "*u8"}
+
+
+def _arg_type(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return _PTR_TYPES[v.dtype]
+    if isinstance(v, bool):
+        return "i1"
+    if isinstance(v, int):
+        return "i64" if abs(v) >= 2**31 else "i32"
+    if isinstance(v, float):
+        return "fp32"
+    raise TypeError(f"argument of type {type(v).__name__}")
+
+
+def compile_launch(fn, args: tuple, constexprs: dict, target: GPUTarget):
+    """Compile ``fn`` for ``target`` with the call's arguments, specialized as a launch would be
+    (ints equal to 1 become constants; ints divisible by 16 and 16-byte aligned pointers carry
+    tt.divisibility, which is what lets loads vectorize); returns the CompiledKernel."""
+    signature, consts, attrs = {}, {}, {}
+    it = iter(args)
+    for i, name in enumerate(fn.arg_names):
+        if fn.params[i].is_constexpr:
+            signature[name] = "constexpr"
+            consts[(i,)] = constexprs[name]
+            continue
+        v = next(it)
+        if isinstance(v, int) and not isinstance(v, bool) and v == 1 and not fn.params[i].do_not_specialize:
+            signature[name] = "constexpr"
+            consts[(i,)] = 1
+            continue
+        signature[name] = _arg_type(v)
+        aligned = v.data_ptr() % 16 == 0 if isinstance(v, torch.Tensor) else \
+            isinstance(v, int) and not isinstance(v, bool) and v % 16 == 0
+        if aligned:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    opts = {k: constexprs[k] for k in ("num_warps", "num_stages") if k in constexprs}
+    return triton.compile(ASTSource(fn, signature, consts, attrs), target=target, options=opts)
+
+
+def resource_usage(kernel) -> dict[str, int]:
+    """Registers, stack (spills) and static shared memory of a compiled kernel, read from its cubin
+    with the cuobjdump that Triton's wheel carries (no driver needed)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    return {k.lower(): int(v) for k, v in re.findall(r"(REG|STACK|SHARED):(\d+)", text)}
+
+
+def memory_ops(kernel) -> str:
+    """Global loads / stores in the PTX by width, e.g. 'ld.v4.b32 x12, ld.b16 x40': scalar 2-byte
+    accesses where 16-byte ones were meant show a lost vectorization."""
+    ops = re.findall(r"\b(ld|st|cp\.async)\.(?:global|ca\.shared\.global|cg\.shared\.global)((?:\.[a-z0-9]+)*)(?:\s[^;]*?,\s*(0x[0-9a-f]+|\d+))?",
+                     kernel.asm["ptx"])
+    counts: dict[str, int] = {}
+    for kind, mods, nbytes in ops:
+        width = ".".join(m for m in mods.split(".") if m.startswith(("v", "b", "f", "u", "s")) and m[1:].isdigit())
+        width = width or f"{int(nbytes, 0)}B"
+        key = f"{kind}.{width}"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+
+
+class _Recorder:
+    """Stands in for BoundKernel: records (kernel, args, constexprs) instead of launching."""
+
+    calls: list = []
+
+    def __init__(self, fn, grid, **constexprs):
+        self.fn, self.grid, self.constexprs = fn, grid, constexprs
+
+    def __call__(self, *args):
+        _Recorder.calls.append((self.fn, args, self.constexprs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pattern", default="*", help="instance name glob")
+    ap.add_argument("--op", default="conv_bwd_data,conv_bwd_weight")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--layout", default="NHWGC/GKYXC/NHWGK")
+    ap.add_argument("--problem", required=True, help="ConvParams key")
+    ap.add_argument("--arch", type=int, default=90)
+    ns = ap.parse_args(argv)
+    target = GPUTarget("cuda", ns.arch, 32)
+    p = ConvParams.from_key(ns.problem)
+    failures = 0
+    ops._check_device = lambda tensors: torch.device("cpu")  # CPU tensors stand in for the GPU's here
+    for op in ns.op.split(","):
+        runnable, _ = get_registry().candidates(op, p, ns.layout, ns.dtype, "passthrough")
+        for inst in [i for i in runnable if fnmatch.fnmatch(i.name, ns.pattern)]:
+            t = make_problem_tensors(op, p, ns.layout, ns.dtype, 0, "cpu", random=False)
+            _, args = prepare(op, t["a"], t["b"], p, layout=ns.layout, instance=inst, **op_kwargs(ns.dtype))
+            _Recorder.calls = []
+            saved = fast_launch.BoundKernel
+            try:
+                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.direct_grouped"}:
+                    sys.modules[mod].BoundKernel = _Recorder
+                inst.alg.bind(args)(args.a, args.b, args.out, args.ds, 1.0, 1.0)
+            finally:
+                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.direct_grouped"}:
+                    sys.modules[mod].BoundKernel = saved
+            for fn, call_args, constexprs in _Recorder.calls:
+                try:
+                    k = compile_launch(fn, call_args, constexprs, target)
+                    use = resource_usage(k)
+                    print(f"{inst.name:90s} {fn.__name__:22s} regs {use.get('reg', -1):4d} "
+                          f"stack {use.get('stack', -1):4d} smem {k.metadata.shared:6d}  {memory_ops(k)}")
+                except Exception as exc:  # report and go on: the point is the list of failures
+                    failures += 1
+                    print(f"{inst.name:90s} {fn.__name__:24s} FAILED {type(exc).__name__}: {str(exc)[:300]}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
