@@ -201,7 +201,7 @@ def _cmd_merge(ns: argparse.Namespace) -> int:
 def _cmd_bench(ns: argparse.Namespace) -> int:
     from .database import current_device
     from .problems import expand_problem_set
-    from .summary import load_valid, summary_table
+    from .summary import load_valid
     from .sweep import sweep
 
     dev = current_device()
@@ -217,9 +217,16 @@ def _cmd_bench(ns: argparse.Namespace) -> int:
         from .tuner import resolve_db
 
         extra.append(str(resolve_db(ns.db, dev).path))
-    table = summary_table(load_valid(dev, extra_files=extra), probs,
-                          title=f"{', '.join(ns.sets)} on {dev.name}")
+    from .classes import class_summary, class_table, measure_ceilings, with_ceilings, write_summary_csv
+    from .summary import summary_frame
+
+    copy_gbps, matmul_tflops = measure_ceilings() if ns.copy_gbps is None else (ns.copy_gbps, ns.matmul_tflops)
+    sf = with_ceilings(summary_frame(load_valid(dev, extra_files=extra), probs), copy_gbps, matmul_tflops)
+    summary = class_summary(sf, device=dev.name)
+    table = f"### {', '.join(ns.sets)} on {dev.name}\n\n" + class_table(sf, summary, copy_gbps, matmul_tflops)
     print(table)
+    if ns.summary_csv:
+        write_summary_csv(summary, ns.summary_csv)
     if ns.output:
         with open(ns.output, "w") as f:
             f.write(table)
@@ -356,6 +363,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="with --measure: re-measure everything")
     p.add_argument("--db", help="also read (with --measure: write) this database file")
     p.add_argument("-o", "--output", help="write the table to this Markdown file")
+    p.add_argument("--summary-csv", help="write the per-class summary (e.g. docs/bench/summary.csv)")
+    p.add_argument("--copy-gbps", type=float, help="copy bandwidth to compare with (default: measured now)")
+    p.add_argument("--matmul-tflops", type=float, help="matmul ceiling to compare with (with --copy-gbps)")
     p.add_argument("--quiet", action="store_true")
     _add_tune_options(p)
     p.set_defaults(func=_cmd_bench)

@@ -1,0 +1,72 @@
+"""Layer classes and the per-class benchmark summary (issue 11/12's numbers), on synthetic rows."""
+
+import csv
+import math
+
+import pandas as pd
+import pytest
+
+from instance_factory.problem import ConvParams
+from instance_factory.tuning.classes import (
+    SUMMARY_COLUMNS,
+    class_summary,
+    class_table,
+    problem_class,
+    with_ceilings,
+    write_summary_csv,
+)
+from instance_factory.tuning.problems import Problem
+
+
+def params(G, K, C):
+    return ConvParams(2, G, 8, K, C, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+
+
+@pytest.mark.parametrize("G,K,C,cls", [
+    (1, 64, 64, "dense"), (32, 1, 1, "depthwise"), (32, 4, 4, "grouped"), (32, 16, 8, "grouped"),
+    (32, 24, 24, "grouped_wide"), (32, 64, 64, "grouped_wide"), (8, 128, 128, "dense"), (4, 1, 2, "grouped"),
+])
+def test_problem_class(G, K, C, cls):
+    assert problem_class(params(G, K, C)) == cls
+
+
+def _frame():
+    rows = []
+    for (G, K, C), op, ms, cudnn, gbps, tf in [
+        ((32, 1, 1), "conv_bwd_data", 0.1, 0.2, 2000.0, 1.0),
+        ((64, 1, 1), "conv_bwd_data", 0.1, 0.05, 1000.0, 1.0),
+        ((32, 4, 4), "conv_bwd_weight", 0.2, 0.8, 3000.0, 5.0),
+        ((1, 64, 64), "conv_bwd_data", 0.5, None, 500.0, 400.0),  # no cuDNN time: not summarized
+        ((1, 64, 32), "conv_bwd_data", None, 0.5, None, None),  # not tuned
+    ]:
+        key = Problem(op, params(G, K, C), "NHWGC/GKYXC/NHWGK", "bf16").key
+        rows.append({"problem": key, "pass": "data" if op == "conv_bwd_data" else "weight", "dtype": "bf16",
+                     "best instance": "x" if ms else "", "ms": ms or math.nan, "TFLOP/s": tf or math.nan,
+                     "GB/s": gbps or math.nan, "cuDNN ms": cudnn or math.nan,
+                     "speedup": (cudnn / ms) if (ms and cudnn) else math.nan, "key": key})
+    return pd.DataFrame(rows)
+
+
+def test_class_summary_geomean_min_and_ceilings():
+    sf = with_ceilings(_frame(), copy_gbps=4000.0, matmul_tflops=800.0)
+    assert list(sf["class"]) == ["depthwise", "depthwise", "grouped", "dense", "dense"]
+    assert sf["% copy BW"].iloc[0] == pytest.approx(50.0) and sf["% matmul"].iloc[3] == pytest.approx(50.0)
+    s = class_summary(sf, device="NVIDIA H200", day="2026-11-23")
+    assert list(s.columns) == list(SUMMARY_COLUMNS)
+    dw = s[s["class"] == "depthwise"].iloc[0]
+    assert dw["problems"] == 2 and dw["geomean_speedup"] == pytest.approx(1.0) and dw["min_speedup"] == 0.5
+    assert dw["mean_pct_copy_bw"] == pytest.approx(37.5)
+    assert list(s["class"]) == ["depthwise", "grouped"]  # dense has no problem with both times
+    table = class_table(sf, s, 4000.0, 800.0)
+    assert "| depthwise | data | bf16 | 2 | 1.00x | 0.50x | 38 |" in table
+    assert "4 of 5 problems tuned." in table
+
+
+def test_write_summary_csv(tmp_path):
+    sf = with_ceilings(_frame(), None, None)
+    s = class_summary(sf, device="cpu", day="2026-11-23")
+    path = tmp_path / "summary.csv"
+    write_summary_csv(s, str(path))
+    rows = list(csv.DictReader(path.open()))
+    assert [r["class"] for r in rows] == ["depthwise", "grouped"]
+    assert rows[1]["geomean_speedup"] == "4.0" and rows[1]["device"] == "cpu"
