@@ -329,3 +329,25 @@ def test_compile_fullgraph_uses_the_custom_ops():
     assert "instance_factory.conv_bwd_data" in backward and "instance_factory.conv_bwd_weight" in backward
     for name, r in eager.items():
         assert rel_error(compiled_grads[name], r) <= 1e-6, name
+
+
+def test_record_backward_problems_follows_the_backward(monkeypatch):
+    """The recorded problems are exactly the calls the backward then makes (op, params, layout, dtype)."""
+    calls = []
+    for op in ("conv_bwd_data", "conv_bwd_weight"):
+        real = getattr(core_ops, op)
+
+        def spy(a, b, params, *, layout, _op=op, _real=real, **kw):
+            calls.append(ift.BackwardProblem(_op, params, layout, {torch.float32: "fp32"}[a.dtype]))
+            return _real(a, b, params, layout=layout, **kw)
+
+        monkeypatch.setattr(core_ops, op, spy)
+    model = ift.convert(nn.Sequential(nn.Conv2d(3, 4, 3, stride=2), nn.ReLU(), nn.Conv2d(4, 6, 1, groups=2)))
+    model = model.to(DEV).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 7, 7, device=DEV)  # contiguous input, channels-last weights
+    with ift.record_backward_problems() as found:
+        loss = model(x).sum()
+    loss.backward()
+    assert [p.op for p in found] == ["conv_bwd_weight", "conv_bwd_data", "conv_bwd_weight"]  # no dx for x
+    assert found[0].layout == "NGCHW/GKYXC/NGKHW" and found[1].layout == "NHWGC/GKYXC/NHWGK"
+    assert sorted(calls, key=repr) == sorted(found, key=repr)

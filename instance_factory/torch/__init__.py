@@ -16,8 +16,10 @@ from __future__ import annotations
 from . import custom_ops  # noqa: F401  (registers the torch.ops.instance_factory ops)
 from .function import conv1d, conv2d, conv3d, conv_nd, conv_with_skip
 from .modules import Conv1d, Conv2d, Conv3d, ResidualConv, convert
+from .problems import BackwardProblem, record_backward_problems
 
 __all__ = [
+    "BackwardProblem",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -28,4 +30,5 @@ __all__ = [
     "conv_nd",
     "conv_with_skip",
     "convert",
+    "record_backward_problems",
 ]

@@ -24,6 +24,7 @@ from ..problem import ConvParams
 __all__ = [
     "activation_from_ck",
     "activation_to_ck",
+    "ck_problem",
     "conv_params",
     "empty_in_format",
     "in_format",
@@ -75,6 +76,15 @@ def conv_params(input_size: tuple[int, ...], weight_size: tuple[int, ...], strid
                          f"(needs input channels = groups * weight.shape[1] and weight.shape[0] % groups == 0)")
     return ConvParams(ndim, groups, n, gk // groups, c, tuple(filt), tuple(spatial), stride, dilation, padding_l,
                       padding_r)
+
+
+def ck_problem(input_size: tuple[int, ...], weight_size: tuple[int, ...], stride: tuple[int, ...],
+               padding_l: tuple[int, ...], padding_r: tuple[int, ...], dilation: tuple[int, ...], groups: int,
+               act_channels_last: bool, weight_channels_last: bool) -> tuple[ConvParams, str, bool]:
+    """(ConvParams, CK layout triple, whether the CK weight is ``GK..C``) of one backward pass."""
+    params = conv_params(input_size, weight_size, stride, padding_l, padding_r, dilation, groups)
+    ck_weight_cl = act_channels_last or weight_channels_last
+    return params, layout_name(params.ndim, act_channels_last, ck_weight_cl), ck_weight_cl
 
 
 def activation_to_ck(t: torch.Tensor, groups: int, channels_last: bool) -> torch.Tensor:

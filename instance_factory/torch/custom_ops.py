@@ -17,12 +17,13 @@ import torch
 from .. import ops
 from . import bridge
 
-__all__ = ["conv_bwd_data", "conv_bwd_data_impl", "conv_bwd_weight", "conv_bwd_weight_impl"]
+__all__ = ["conv_bwd_data", "conv_bwd_data_impl", "conv_bwd_weight", "conv_bwd_weight_impl", "kernel_dtype"]
 
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _kernel_dtype(dtype: torch.dtype) -> torch.dtype:
+def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels run for tensors of ``dtype`` (float64 runs the fp32 kernels)."""
     if dtype in _KERNEL_DTYPES:
         return dtype
     if dtype == torch.float64:
@@ -36,11 +37,10 @@ def conv_bwd_data_impl(grad_out: torch.Tensor, weight: torch.Tensor, input_size:
                        channels_last: bool, skip: torch.Tensor | None = None) -> torch.Tensor:
     """dL/dx in PyTorch's shape and ``channels_last`` format; ``skip`` (dL/dx of a residual branch) is
     added in the kernel's epilogue (fused op ``"add"``)."""
-    params = bridge.conv_params(tuple(input_size), tuple(weight.shape), tuple(stride), tuple(padding_l),
-                                tuple(padding_r), tuple(dilation), groups)
-    dtype = _kernel_dtype(grad_out.dtype)
-    weight_cl = channels_last or bridge.is_channels_last(weight)
-    layout = bridge.layout_name(params.ndim, channels_last, weight_cl)
+    params, layout, weight_cl = bridge.ck_problem(tuple(input_size), tuple(weight.shape), tuple(stride),
+                                                  tuple(padding_l), tuple(padding_r), tuple(dilation), groups,
+                                                  channels_last, bridge.is_channels_last(weight))
+    dtype = kernel_dtype(grad_out.dtype)
     dy = bridge.activation_to_ck(grad_out.to(dtype), groups, channels_last)
     w = bridge.weight_to_ck(weight.to(dtype), groups, weight_cl)
     if skip is None:
@@ -55,11 +55,10 @@ def conv_bwd_weight_impl(input: torch.Tensor, grad_out: torch.Tensor, weight_siz
                          padding_l: list[int], padding_r: list[int], dilation: list[int], groups: int,
                          channels_last: bool, weight_channels_last: bool) -> torch.Tensor:
     """dL/dW in PyTorch's ``(G*K, C, *f)`` shape, channels-last when ``weight_channels_last``."""
-    params = bridge.conv_params(tuple(input.shape), tuple(weight_size), tuple(stride), tuple(padding_l),
-                                tuple(padding_r), tuple(dilation), groups)
-    dtype = _kernel_dtype(input.dtype)
-    ck_weight_cl = channels_last or weight_channels_last
-    layout = bridge.layout_name(params.ndim, channels_last, ck_weight_cl)
+    params, layout, ck_weight_cl = bridge.ck_problem(tuple(input.shape), tuple(weight_size), tuple(stride),
+                                                     tuple(padding_l), tuple(padding_r), tuple(dilation), groups,
+                                                     channels_last, weight_channels_last)
+    dtype = kernel_dtype(input.dtype)
     x = bridge.activation_to_ck(input.to(dtype), groups, channels_last)
     dy = bridge.activation_to_ck(grad_out.to(dtype), groups, channels_last)
     dw = ops.conv_bwd_weight(x, dy, params, layout=layout)

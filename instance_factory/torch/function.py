@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from . import bridge, custom_ops
+from . import bridge, custom_ops, problems
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_nd", "conv_with_skip"]
 
@@ -34,7 +34,7 @@ def _tuple(name: str, value: int | Sequence[int], ndim: int) -> _Ints:
     return out
 
 
-def _pads(padding: int | Sequence[int] | str, stride: _Ints, dilation: _Ints,
+def resolve_padding(padding: int | Sequence[int] | str, stride: _Ints, dilation: _Ints,
           filt: Sequence[int]) -> tuple[_Ints, _Ints]:
     """(left, right) pads per spatial dim; ``"same"`` puts the odd element on the right, like torch."""
     ndim = len(stride)
@@ -78,6 +78,8 @@ def _forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     ctx.channels_last = bridge.prefers_channels_last(x, weight)
     ctx.weight_channels_last = bridge.is_channels_last(weight)
     ctx.has_bias = bias is not None
+    if problems.recording():
+        problems.note(x, weight, ctx.geometry, ctx.channels_last, ctx.weight_channels_last, need_x, need_w)
     return out
 
 
@@ -135,7 +137,7 @@ def _prepare(ndim: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
     stride_t, dilation_t = _tuple("stride", stride, ndim), _tuple("dilation", dilation, ndim)
-    pad_l, pad_r = _pads(padding, stride_t, dilation_t, weight.shape[2:])
+    pad_l, pad_r = resolve_padding(padding, stride_t, dilation_t, weight.shape[2:])
     device = x.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
