@@ -269,8 +269,10 @@ def test_residual_conv_fuses_the_skip_gradient(monkeypatch):
     block = ift.ResidualConv(conv, body, short).to(DEV).to(memory_format=torch.channels_last)
     assert type(block.conv) is ift.Conv2d and type(block.shortcut) is nn.Conv2d
     x = torch.randn(2, 4, 5, 5, device=DEV).to(memory_format=torch.channels_last)
-    ours = _param_grads(block, x)
+    with ift.record_backward_problems() as found:
+        ours = _param_grads(block, x)
     assert calls == ["add"]
+    assert [(p.op, p.fused_op) for p in found] == [("conv_bwd_weight", "passthrough"), ("conv_bwd_data", "add")]
     block64 = block.double()
     x64 = _leaf(x, dtype=torch.float64)
     loss = (body(torch.nn.functional.conv2d(x64, block64.conv.weight, block64.conv.bias, padding=1))

@@ -63,7 +63,7 @@ def _gradient_ops() -> tuple:
 
 
 def _forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: _Ints,
-             pad_l: _Ints, pad_r: _Ints, dilation: _Ints, groups: int) -> torch.Tensor:
+             pad_l: _Ints, pad_r: _Ints, dilation: _Ints, groups: int, fused_skip: bool = False) -> torch.Tensor:
     """torch's convolution, and what the backward needs saved on ctx."""
     extra = tuple(r - left for left, r in zip(pad_l, pad_r))
     xp = x
@@ -79,7 +79,8 @@ def _forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     ctx.weight_channels_last = bridge.is_channels_last(weight)
     ctx.has_bias = bias is not None
     if problems.recording():
-        problems.note(x, weight, ctx.geometry, ctx.channels_last, ctx.weight_channels_last, need_x, need_w)
+        problems.note(x, weight, ctx.geometry, ctx.channels_last, ctx.weight_channels_last, need_x, need_w,
+                      fused_skip)
     return out
 
 
@@ -114,7 +115,7 @@ class _ConvWithSkip(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups):
-        return _forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups), x
+        return _forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups, fused_skip=True), x
 
     @staticmethod
     def backward(ctx, grad_out, grad_skip):

@@ -36,6 +36,7 @@ class BackwardProblem:
     params: ConvParams
     layout: str  # CK triple
     dtype: str  # data type name (DATA_TYPES), e.g. "bf16"
+    fused_op: str = "passthrough"  # "add" (one D) for conv_bwd_data under conv_with_skip
 
 
 _RECORDERS: list[list[BackwardProblem]] = []
@@ -47,8 +48,9 @@ def recording() -> bool:
 
 
 def note(x: torch.Tensor, weight: torch.Tensor, geometry: tuple, act_channels_last: bool,
-         weight_channels_last: bool, need_input_grad: bool, need_weight_grad: bool) -> None:
-    """Record the backward calls of one convolution (geometry: stride, pad_l, pad_r, dilation, groups)."""
+         weight_channels_last: bool, need_input_grad: bool, need_weight_grad: bool, fused_skip: bool = False) -> None:
+    """Record the backward calls of one convolution (geometry: stride, pad_l, pad_r, dilation, groups);
+    ``fused_skip``: its conv_bwd_data adds a skip gradient (fused op ``"add"``)."""
     stride, pad_l, pad_r, dilation, groups = geometry
     params, layout, _ = bridge.ck_problem(tuple(x.shape), tuple(weight.shape), tuple(stride), tuple(pad_l),
                                           tuple(pad_r), tuple(dilation), groups, act_channels_last,
@@ -57,7 +59,8 @@ def note(x: torch.Tensor, weight: torch.Tensor, geometry: tuple, act_channels_la
     ops = [op for op, need in (("conv_bwd_data", need_input_grad), ("conv_bwd_weight", need_weight_grad)) if need]
     for found in _RECORDERS:
         for op in ops:
-            problem = BackwardProblem(op, params, layout, dtype)
+            fused = "add" if fused_skip and op == "conv_bwd_data" else "passthrough"
+            problem = BackwardProblem(op, params, layout, dtype, fused)
             if problem not in found:
                 found.append(problem)
 
