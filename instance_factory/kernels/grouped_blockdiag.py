@@ -41,6 +41,7 @@ from .direct_grouped import (
     _INT32_LIMIT,
     _MAX_GRID_YZ,
     _MAX_SPLIT,
+    _num_phases,
     _reduction_chunk,
     _sm_count,
     _split_position,
@@ -180,11 +181,6 @@ def _bd_dgrad_kernel(
     acc = apply_epilogue(acc, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                          OP, NUM_DS, USER_FN)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def _num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    """Stride phases that hold input positions: min(stride, in) per dim."""
-    return math.prod(min(s, i) for s, i in zip(strides, input_lens))
 
 
 def _packed(strides: tuple[int, ...], per_group: int) -> bool:
@@ -420,26 +416,19 @@ def _decline_common(cfg: dict, p: ConvParams, dtype: DataType, allowed: tuple[st
 
 def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                      fused: FusedOp) -> str | None:
-    reason = _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data")
-    if reason:
-        return reason
     phases = _num_phases(p.input, p.stride)
-    if phases > _MAX_GRID_YZ:
-        return f"{phases} stride phases exceed the grid's {_MAX_GRID_YZ}"
-    return None
+    return _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data") or (
+        f"{phases} stride phases exceed the grid's {_MAX_GRID_YZ}" if phases > _MAX_GRID_YZ else None)
 
 
 def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                        fused: FusedOp) -> str | None:
-    reason = _decline_common(cfg, p, dtype, _WEIGHT_DTYPES, "conv_bwd_weight")
-    if reason:
-        return reason
     _, bn, bk = tile_groups(p.K, p.C, cfg["block_n"])
     taps = math.prod(p.filter)
     nt = _taps_per_program(taps, bk, bn, cfg["num_warps"])
-    if triton.cdiv(taps, nt) > _MAX_GRID_YZ:
-        return f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {nt}"
-    return None
+    return _decline_common(cfg, p, dtype, _WEIGHT_DTYPES, "conv_bwd_weight") or (
+        f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {nt}"
+        if triton.cdiv(taps, nt) > _MAX_GRID_YZ else None)
 
 
 _DATA_PARAMS = ("block_m", "block_n", "num_warps")
