@@ -70,6 +70,9 @@ class Algorithm:
     decline: DeclineFn  # problem this instance cannot run -> reason
     bind: Callable[[RunArgs], Runner]
     description: str = ""
+    # the @triton.jit kernels ``bind`` launches: the instances' kernel_hash covers their code and
+    # whatever jit code they call, not host code (kernel_identity.py)
+    kernels: tuple[Any, ...] = ()
 
     def launch(self, args: RunArgs) -> None:
         """Bind and run once (verification, tests); hot paths keep the runner from ``bind``."""

@@ -6,19 +6,16 @@ The procedural name encodes every parameter and is the registry key and the filt
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import json
-import sys
-import types
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .algorithms import ALGORITHMS, Algorithm
 from .dtypes import DATA_TYPES, DataType
 from .epilogue import FUSED_OPS
+from .kernel_identity import kernel_code_hash
 from .layouts import LayoutTriple, layout_for, parse_layout
 from .problem import ConvParams
 
@@ -61,48 +58,6 @@ def _config_tag_cached(op: str, algorithm: str, config: tuple[tuple[str, Any], .
     return config_tag(ALGORITHMS[(op, algorithm)], dict(config))
 
 
-@functools.cache
-def _source_hash(path: str) -> str:
-    """Hash of a module's code lines: docstrings, comment-only and blank lines do not count (editing
-    the notes of a kernel must not stale its tuned rows and verifications). Line based, not
-    ``ast.unparse`` (whose output differs between Python versions: the GPU machine's 3.12 and the
-    3.11 here would disagree on every hash)."""
-    text = Path(path).read_text()
-    doc_lines: set[int] = set()
-    for node in ast.walk(ast.parse(text)):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            doc_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
-    code = [line.rstrip() for n, line in enumerate(text.splitlines(), 1)
-            if n not in doc_lines and line.strip() and not line.lstrip().startswith("#")]
-    return hashlib.sha256("\n".join(code).encode()).hexdigest()
-
-
-# Modules whose code is compiled into (or decides the math of) a kernel besides its own module.
-_KERNEL_CODE_PREFIXES = ("instance_factory.kernels.", "instance_factory.epilogue")
-
-
-def kernel_code_modules(module_name: str) -> list[str]:
-    """A kernel module and the kernel-code modules it takes names from (shared ``@triton.jit``
-    helpers and kernels, the epilogue); registration and launch-path modules are not kernel code."""
-    used = {module_name}
-    for value in vars(sys.modules[module_name]).values():
-        name = value.__name__ if isinstance(value, types.ModuleType) else \
-            getattr(getattr(value, "fn", value), "__module__", None)  # a JITFunction wraps .fn
-        if isinstance(name, str) and name.startswith(_KERNEL_CODE_PREFIXES):
-            used.add(name)
-    return sorted(used)
-
-
-@functools.cache
-def kernel_sources_hash(module_name: str) -> str:
-    """Hash of the sources of :func:`kernel_code_modules`."""
-    blob = [(m, _source_hash(sys.modules[m].__file__)) for m in kernel_code_modules(module_name)]
-    return hashlib.sha256(json.dumps(blob).encode()).hexdigest()
-
-
 @dataclass(frozen=True)
 class Instance:
     op: str
@@ -138,9 +93,9 @@ class Instance:
 
     @functools.cached_property
     def kernel_hash(self) -> str:
-        """Hash of the kernel code (:func:`kernel_sources_hash` of the family's module) and this
-        config: a tuned row or a verification is stale when it changes."""
-        blob = json.dumps([kernel_sources_hash(self.alg.bind.__module__), self.op, self.algorithm, self.config],
+        """Hash of the family's kernel code (:func:`~instance_factory.kernel_identity.kernel_code_hash`)
+        and this config: a tuned row or a verification is stale when it changes."""
+        blob = json.dumps([kernel_code_hash(self.alg.kernels), self.op, self.algorithm, self.config],
                           default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

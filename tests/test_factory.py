@@ -3,6 +3,8 @@
 import textwrap
 
 import pytest
+import triton
+import triton.language as tl
 
 from instance_factory.algorithms import ALGORITHMS, Algorithm, register_algorithm
 from instance_factory.factory import ConfigError, expand_file
@@ -16,6 +18,11 @@ def _check(cfg):
     return None
 
 
+@triton.jit
+def _fake_kernel(ptr):  # the fake family's kernel identity (never launched)
+    tl.store(ptr, 0)
+
+
 def _decline(cfg, params, layout, dtype, fused):
     return "needs C >= block/16" if params.C * 16 < cfg["block"] else None
 
@@ -23,7 +30,7 @@ def _decline(cfg, params, layout, dtype, fused):
 @pytest.fixture(scope="module", autouse=True)
 def fake_family():
     alg = register_algorithm(Algorithm("conv_bwd_data", "fake_test", ("block", "num_warps"), _check,
-                                       _decline, lambda args: None, "test family"))
+                                       _decline, lambda args: None, "test family", kernels=(_fake_kernel,)))
     yield alg
     ALGORITHMS.pop(("conv_bwd_data", "fake_test"))
 
@@ -118,35 +125,82 @@ def test_shipped_configs_expand_and_cover_the_contract():
     assert {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "direct"} <= algs
 
 
-def test_kernel_hash_covers_the_kernel_code_it_uses_and_nothing_else():
-    """A family's hash follows its module and the kernel-code modules it imports (jit helpers, the
-    epilogue), not registration or launch-path modules: editing algorithms.py must not stale every
-    tuned row, and editing direct_grouped.py (whose reduce kernel depthwise launches) must stale
-    depthwise rows too."""
-    from instance_factory.instance import kernel_code_modules
+def test_kernel_hash_covers_the_kernels_a_family_launches_and_what_they_call():
+    """A family's hash follows the jit kernels it launches and every jit function they call (the
+    epilogue, shared helpers, direct's reduce kernel for depthwise), not host code nor the other
+    kernels of its module."""
+    from instance_factory.algorithms import ALGORITHMS
+    from instance_factory.kernel_identity import jit_closure
 
-    k = "instance_factory.kernels."
-    assert kernel_code_modules(k + "depthwise_wgrad") == [
-        "instance_factory.epilogue", k + "depthwise_wgrad", k + "direct_grouped"]
-    assert kernel_code_modules(k + "bwd_data_igemm") == [
-        "instance_factory.epilogue", k + "bwd_data_igemm", k + "geometry"]
+    get_registry()
+
+    def names(op, alg):
+        return sorted(q.rsplit(".", 1)[1] for q in jit_closure(ALGORITHMS[(op, alg)].kernels)[0])
+
+    assert names("conv_bwd_weight", "depthwise") == [
+        "_depthwise_wgrad_kernel", "_dw_finalize_kernel", "_load_d", "_tap_of", "apply_epilogue"]
+    assert names("conv_bwd_data", "direct") == ["_dx_direct_kernel", "_load_d", "apply_epilogue"]
     insts = [i for i in get_registry().instances(op="conv_bwd_weight") if i.algorithm == "depthwise"][:2]
     assert len(insts) == 2 and insts[0].kernel_hash != insts[1].kernel_hash  # the config is part of it
 
 
-def test_source_hash_ignores_notes_but_not_code(tmp_path):
-    """Docstrings, comment-only and blank lines do not change a kernel module's hash; code does."""
-    from instance_factory.instance import _source_hash
+_KERNEL_MODULE = """
+import triton
+import triton.language as tl
 
-    base = 'def f(x):\n    return x + 1\n'
-    variants = {
-        "base": base,
-        "notes": '"""Module notes."""\n# a comment\n\ndef f(x):\n    """What f does."""\n\n    return x + 1\n',
-        "code": 'def f(x):\n    return x + 2\n',
-    }
-    hashes = {}
-    for name, text in variants.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(text)
-        hashes[name] = _source_hash(str(path))
-    assert hashes["base"] == hashes["notes"] != hashes["code"]
+SCALE = {scale}
+
+
+@triton.jit
+def _helper(x):
+    return x * SCALE{helper_extra}
+
+
+@triton.jit
+def kernel(ptr):
+    \"\"\"{doc}\"\"\"
+    # {comment}
+    tl.store(ptr, _helper(tl.load(ptr)))
+
+
+def launch(t):
+    return {host}
+"""
+
+
+def _hash_of_module(tmp_path, name, **fields):
+    import importlib.util
+
+    from instance_factory.kernel_identity import kernel_code_hash
+
+    values = dict(scale=2, helper_extra="", doc="notes", comment="why", host="t")
+    values.update(fields)
+    (tmp_path / name).mkdir()
+    path = tmp_path / name / "kmod.py"
+    path.write_text(_KERNEL_MODULE.format(**values))
+    spec = importlib.util.spec_from_file_location("kmod", path)  # one module name: it is part of the hash
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return kernel_code_hash([mod.kernel])
+
+
+def test_kernel_hash_follows_kernel_code_not_notes_or_host_code(tmp_path):
+    base = _hash_of_module(tmp_path, "k_base")
+    assert _hash_of_module(tmp_path, "k_notes", doc="other notes", comment="another why") == base
+    assert _hash_of_module(tmp_path, "k_host", host="t + 1") == base  # a launcher edit keeps the rows
+    assert _hash_of_module(tmp_path, "k_helper", helper_extra=" + 1") != base  # a called helper counts
+    assert _hash_of_module(tmp_path, "k_const", scale=3) != base  # so does a constant a kernel reads
+
+
+def test_kernel_hash_is_the_same_compiled_and_interpreted():
+    """The GPU machines hash JITFunctions, CPU machines the interpreter's wrappers: same code, same hash."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from instance_factory.registry import get_registry; import hashlib; "
+            "print(hashlib.sha256(''.join(sorted({i.kernel_hash for i in get_registry().instances()})).encode())"
+            ".hexdigest())")
+    outs = {mode: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                 env={**os.environ, "TRITON_INTERPRET": mode}).stdout for mode in ("0", "1")}
+    assert outs["0"] == outs["1"] and len(outs["0"]) > 60

@@ -7,6 +7,9 @@ import json
 import textwrap
 from pathlib import Path
 
+import triton
+import triton.language as tl
+
 from instance_factory.algorithms import ALGORITHMS, Algorithm, register_algorithm
 from instance_factory.registry import Registry
 
@@ -17,12 +20,18 @@ def _launch(args):  # never called: the report only reads the registry
     raise AssertionError("the report must not launch kernels")
 
 
+@triton.jit
+def _fake_kernel(ptr):  # the fake family's kernel identity (never launched)
+    tl.store(ptr, 0)
+
+
 def register_fake() -> list[tuple[str, str]]:
     keys = []
     for op in ("conv_bwd_data", "conv_bwd_weight"):
         if (op, FAKE) not in ALGORITHMS:
             register_algorithm(Algorithm(op, FAKE, ("block",), lambda cfg: None,
-                                         lambda cfg, p, lt, dt, fo: None, _launch, "report test family"))
+                                         lambda cfg, p, lt, dt, fo: None, _launch, "report test family",
+                                         kernels=(_fake_kernel,)))
         keys.append((op, FAKE))
     return keys
 

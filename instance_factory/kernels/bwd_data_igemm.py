@@ -363,4 +363,5 @@ ALGORITHM = register_algorithm(Algorithm(
         "in one launch, flattened (tap, k) pipelined loop, grouped rasterization, fp32 accumulate, "
         "fused multiple-D epilogue; spec 1x1s1p0 is the plain GEMM of a 1x1/stride-1/pad-0 filter"
     ),
+    kernels=(_bwd_data_igemm_kernel,),
 ))

@@ -602,7 +602,8 @@ def _make(family: str) -> Algorithm:
         return bind(args, family)
 
     return Algorithm(op=OP_NAME, name=family, param_names=PARAM_NAMES, check_config=_check,
-                     decline=_dec, bind=_bind, description=_DESCRIPTIONS[family])
+                     decline=_dec, bind=_bind, description=_DESCRIPTIONS[family],
+                     kernels=(_bwd_weight_gemm_kernel, _bwd_weight_finalize_kernel))
 
 
 ALGS: dict[str, Algorithm] = {f: register_algorithm(_make(f)) for f in FAMILIES}

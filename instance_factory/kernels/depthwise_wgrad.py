@@ -38,6 +38,7 @@ from .direct_grouped import (
     _MAX_GRID_YZ,
     _MAX_SPLIT,
     _WEIGHT_DTYPES,
+    _dw_finalize_kernel,
     _sm_count,
     check_common,
     finalize_launcher,
@@ -190,4 +191,5 @@ ALGORITHM = register_algorithm(Algorithm(
     check_config=check_config, decline=decline, bind=bind,
     description="depthwise (C = K = 1) wgrad: [taps x positions x channels] fp32 accumulators, one "
                 "reduction over positions per program, split reduction with a deterministic fp32 reduce",
+    kernels=(_depthwise_wgrad_kernel, _dw_finalize_kernel),
 ))

@@ -651,6 +651,7 @@ ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
     check_config=check_config_bwd_data, decline=decline_bwd_data, bind=bind_bwd_data,
     description="direct (no tensor cores) depthwise / few-channel grouped dgrad: vectorized over "
                 "the flattened (g, c) axis, one stride phase per program, fused epilogue",
+    kernels=(_dx_direct_kernel,),
 ))
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
@@ -658,4 +659,5 @@ ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
     check_config=check_config_bwd_weight, decline=decline_bwd_weight, bind=bind_bwd_weight,
     description="direct (no tensor cores) depthwise / few-channel grouped wgrad: [taps x channels] "
                 "fp32 accumulators per program, split reduction with a deterministic fp32 reduce",
+    kernels=(_dw_direct_kernel, _dw_grouped_kernel, _dw_finalize_kernel),
 ))

@@ -41,6 +41,7 @@ from .direct_grouped import (
     _INT32_LIMIT,
     _MAX_GRID_YZ,
     _MAX_SPLIT,
+    _dw_finalize_kernel,
     _num_phases,
     _reduction_chunk,
     _sm_count,
@@ -439,6 +440,7 @@ ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
     check_config=check_config_bwd_data, decline=decline_bwd_data, bind=bind_bwd_data,
     description="grouped dgrad with few channels per group on tensor cores: several whole groups per "
                 "tile, block-diagonal weight tile, one stride phase per program, fused epilogue",
+    kernels=(_bd_dgrad_kernel,),
 ))
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
@@ -446,4 +448,5 @@ ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
     check_config=check_config_bwd_weight, decline=decline_bwd_weight, bind=bind_bwd_weight,
     description="grouped wgrad with few channels per group on tensor cores: several whole groups per "
                 "tile, the program's taps folded into N, diagonal blocks kept, split reduction",
+    kernels=(_bd_wgrad_kernel, _dw_finalize_kernel),
 ))
