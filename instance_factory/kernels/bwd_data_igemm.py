@@ -35,6 +35,7 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .geometry import ConvGeometry, stride_phases
+from .host import is_pow2
 
 __all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "bind", "check_config", "decline"]
 
@@ -221,10 +222,6 @@ def _bwd_data_igemm_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def _is_pow2(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
-
-
 def _smem_bytes(cfg: dict, elem_bytes: int) -> int:
     """Operand staging buffers of the pipelined loop (fp32 accumulators live in registers)."""
     stage = (cfg["block_m"] * cfg["block_k"] + cfg["block_k"] * cfg["block_n"]) * elem_bytes
@@ -238,7 +235,7 @@ def check_config(cfg: dict) -> str | None:
         return f"missing parameters {missing} (igemm takes {', '.join(PARAM_NAMES)})"
     for name in ("block_m", "block_n", "block_k"):
         v = cfg[name]
-        if not _is_pow2(v) or v < 16:
+        if not is_pow2(v) or v < 16:
             return f"{name}={v!r} must be a power of two >= 16 (tl.dot's smallest tile)"
         if v > _MAX_BLOCK:
             return f"{name}={v} is over {_MAX_BLOCK}"

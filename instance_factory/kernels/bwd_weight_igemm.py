@@ -59,7 +59,6 @@ are upcast to fp32 before ``tl.dot`` (triton#11584).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import triton
@@ -71,6 +70,7 @@ from ..epilogue import MAX_DS, FusedOp, apply_epilogue, epilogue_args, user_fn_o
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
+from .host import is_pow2, sm_count
 
 __all__ = [
     "FAMILIES",
@@ -95,7 +95,6 @@ MIN_ITERS_PER_SPLIT = 4  # auto split keeps at least this many block_k iteration
 MAX_AUTO_SPLIT = 64
 WORKSPACE_CAP_BYTES = 2 << 30  # auto split keeps the fp32 slices of reduce modes under this
 FINALIZE_BLOCK = 1024
-DEFAULT_SM_COUNT = 132  # H100 SXM / H200
 # Blocked summation of the reduction: an inner fp32 accumulator sums at most this many reduction
 # elements (CHUNK_ELEMS // block_k iterations of the pipelined MMA loop) before it is folded into the
 # outer one. 16384 elements = 1024 k=16 MMA steps per inner sum (relative loss ~1e-4 even with
@@ -335,10 +334,6 @@ def _bwd_weight_finalize_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def _is_pow2(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and (v & (v - 1)) == 0
-
-
 def _smem_bytes(cfg: dict, elem_bytes: int) -> int:
     """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
     stages = max(1, int(cfg["num_stages"]))
@@ -351,7 +346,7 @@ def _check_config(family: str, cfg: dict) -> str | None:
         return f"config lacks {', '.join(missing)}"
     for name in ("block_m", "block_n", "block_k"):
         v = cfg[name]
-        if not _is_pow2(v):
+        if not is_pow2(v):
             return f"{name}={v!r} must be a power of two"
         if v < 16:
             return f"{name}={v} is below 16, the smallest tl.dot tile"
@@ -443,13 +438,6 @@ def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType
             family: str = "splitk_reduce") -> str | None:
     """None when an instance of ``family`` with ``cfg`` can run the problem, else why not."""
     return _decline(family, cfg, params, layout, dtype, fused)
-
-
-def sm_count(device: torch.device | None) -> int:
-    """Streaming multiprocessors of ``device`` (132, an H100/H200, when it is not a CUDA device)."""
-    if device is not None and device.type == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return DEFAULT_SM_COUNT
 
 
 def _tiles(params: ConvParams, cfg: dict, flat_taps: bool) -> int:

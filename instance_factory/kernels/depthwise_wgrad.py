@@ -34,18 +34,17 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .direct_grouped import (
-    _INT32_LIMIT,
     _MAX_GRID_YZ,
     _MAX_SPLIT,
     _WEIGHT_DTYPES,
     _dw_finalize_kernel,
-    _sm_count,
     check_common,
     finalize_launcher,
     require_contiguous,
     split_chunks,
     split_runner,
 )
+from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "auto_split", "bind", "check_config", "decline"]
 
@@ -149,10 +148,10 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     filter_rows = taps // geo.filt3[2]
     R = geo.N * geo.out3[0] * geo.out3[1]
     if split <= 0:
-        split = auto_split(p, block_w, block_ch, _sm_count(str(args.out.device)))
+        split = auto_split(p, block_w, block_ch, sm_count(args.out.device))
     split, chunk = split_chunks(split, R)
     total = taps * G
-    use_int64 = (force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT or R + chunk >= _INT32_LIMIT)
+    use_int64 = (force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT or R + chunk >= INT32_LIMIT)
     final = split == 1
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     main = BoundKernel(_depthwise_wgrad_kernel, (filter_rows, triton.cdiv(G, block_ch), split),

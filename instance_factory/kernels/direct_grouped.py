@@ -32,7 +32,6 @@ conv_bwd_data ("direct"): dx[n,i,g,c] = sum over k, taps with integer in-range h
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -45,6 +44,7 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
+from .host import INT32_LIMIT, is_pow2, sm_count
 
 __all__ = [
     "ALGORITHM_BWD_DATA",
@@ -63,11 +63,9 @@ MAX_CHANNELS_PER_GROUP = 8
 _NUM_WARPS = (1, 2, 4, 8)
 _MAX_GRID_YZ = 65535
 _MAX_SPLIT = 4096
-_DEFAULT_SMS = 132  # H100 / H200 SXM
 _DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
 _WEIGHT_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")
 _FINALIZE_BLOCK = 32  # elements per reduce program: many programs, BLOCK_S splits each step
-_INT32_LIMIT = 2**31 - 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,7 +319,7 @@ def finalize_launcher(split: int, total: int, use_int64: bool, epi: dict) -> Bou
     """The split reduce for ``split`` fp32 partial slices of ``total`` elements each."""
     block_s = min(64, triton.next_power_of_2(split))
     return BoundKernel(_dw_finalize_kernel, (triton.cdiv(total, _FINALIZE_BLOCK),), BLOCK=_FINALIZE_BLOCK,
-                       BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= _INT32_LIMIT, num_warps=4, **epi)
+                       BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= INT32_LIMIT, num_warps=4, **epi)
 
 
 def require_contiguous(args: RunArgs, family: str) -> None:
@@ -355,14 +353,6 @@ def split_runner(main: BoundKernel, finalize: BoundKernel | None, sizes: tuple, 
         finalize(ws, out, *d, alpha, beta, *fin_sizes)
 
     return run
-
-
-@functools.cache
-def _sm_count(device: str) -> int:
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return torch.cuda.get_device_properties(dev).multi_processor_count
-    return _DEFAULT_SMS
 
 
 def _taps_per_program(taps: int, block_ch: int, num_warps: int) -> int:
@@ -405,11 +395,11 @@ def bind_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> Runner:
     P = geo.N * math.prod(geo.out3)
     nt = _taps_per_program(taps, block_ch, num_warps)
     if split <= 0:
-        split = auto_split(p, block_p, block_ch, num_warps, args.a.element_size(), _sm_count(str(args.out.device)))
+        split = auto_split(p, block_p, block_ch, num_warps, args.a.element_size(), sm_count(args.out.device))
     split, chunk = split_chunks(split, P)
     total = taps * gkc
-    use_int64 = (force_int64 or geo.needs_int64 or split * total >= _INT32_LIMIT
-                 or P + chunk + block_p >= _INT32_LIMIT)
+    use_int64 = (force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT
+                 or P + chunk + block_p >= INT32_LIMIT)
     final = split == 1
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     geo_args = (*geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps, *geo.stride3, *geo.dil3, *geo.pad3,
@@ -547,7 +537,7 @@ def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
     md, mh, mw = _phase_counts(geo)
     n_pos = geo.N * md * mh * mw
     gc = geo.G * geo.C
-    use_int64 = force_int64 or geo.needs_int64 or n_pos + block_p >= _INT32_LIMIT
+    use_int64 = force_int64 or geo.needs_int64 or n_pos + block_p >= INT32_LIMIT
     grid = (triton.cdiv(n_pos, block_p), triton.cdiv(gc, block_ch), _num_phases(geo.in3, geo.stride3))
     kernel = BoundKernel(
         _dx_direct_kernel, grid,
@@ -567,10 +557,6 @@ def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
 # ------------------------------------------------------------------------------------------------
 # configs and declines
 # ------------------------------------------------------------------------------------------------
-def _is_pow2(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
-
-
 def check_common(cfg: dict, names: tuple[str, ...], family: str, pow2_blocks: tuple[str, ...]) -> str | None:
     """The checks every direct-style family shares: all parameters present, num_warps, the named
     block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
@@ -580,7 +566,7 @@ def check_common(cfg: dict, names: tuple[str, ...], family: str, pow2_blocks: tu
     if cfg["num_warps"] not in _NUM_WARPS:
         return f"num_warps={cfg['num_warps']!r} is not one of {_NUM_WARPS}"
     for name in pow2_blocks:
-        if not _is_pow2(cfg[name]) or cfg[name] > 1024:
+        if not is_pow2(cfg[name]) or cfg[name] > 1024:
             return f"{name}={cfg[name]!r} must be a power of two from 1 to 1024"
     split = cfg.get("split", 0)
     if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:

@@ -38,13 +38,11 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .direct_grouped import (
-    _INT32_LIMIT,
     _MAX_GRID_YZ,
     _MAX_SPLIT,
     _dw_finalize_kernel,
     _num_phases,
     _reduction_chunk,
-    _sm_count,
     _split_position,
     _tap_of,
     check_common,
@@ -53,6 +51,7 @@ from .direct_grouped import (
     split_chunks,
     split_runner,
 )
+from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "tile_groups"]
 
@@ -207,7 +206,7 @@ def bind_bwd_data(args: RunArgs) -> Runner:
     bm = int(cfg["block_m"])
     md, mh, mw = (triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))
     n_pos = geo.N * md * mh * mw
-    use_int64 = geo.needs_int64 or n_pos + bm >= _INT32_LIMIT
+    use_int64 = geo.needs_int64 or n_pos + bm >= INT32_LIMIT
     upcast, precision = _precision(args)
     grid = (triton.cdiv(n_pos, bm), triton.cdiv(geo.G, gpt), _num_phases(geo.in3, geo.stride3))
     kernel = BoundKernel(
@@ -352,11 +351,11 @@ def bind_bwd_weight(args: RunArgs) -> Runner:
     gblocks = triton.cdiv(geo.G, gpt)
     P = geo.N * math.prod(geo.out3)
     if split <= 0:
-        split = auto_split(p, gblocks * triton.cdiv(taps, nt), block_p, _sm_count(str(args.out.device)))
+        split = auto_split(p, gblocks * triton.cdiv(taps, nt), block_p, sm_count(args.out.device))
     split, chunk = split_chunks(split, P)
     gkc = geo.G * geo.K * geo.C
     total = taps * gkc
-    use_int64 = geo.needs_int64 or split * total >= _INT32_LIMIT or P + chunk + block_p >= _INT32_LIMIT
+    use_int64 = geo.needs_int64 or split * total >= INT32_LIMIT or P + chunk + block_p >= INT32_LIMIT
     final = split == 1
     upcast, precision = _precision(args)
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))

@@ -1,0 +1,31 @@
+"""Host-side helpers every kernel family's launcher and checks share (no device code here)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "is_pow2", "sm_count"]
+
+DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
+INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
+
+
+def is_pow2(v: Any) -> bool:
+    """A positive int (not a bool) that is a power of two."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
+
+
+@functools.cache
+def _sm_count_of(device: str) -> int:
+    return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+
+
+def sm_count(device: torch.device | str | None) -> int:
+    """Streaming multiprocessors of ``device``; DEFAULT_SM_COUNT when it is not a CUDA device."""
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
+        return _sm_count_of(str(dev))
+    return DEFAULT_SM_COUNT
