@@ -202,4 +202,6 @@ def _run_workers(work: list[Problem], todo: dict[str, list[str]], target: Tuning
         rows.extend(read_db(f).to_dict("records"))
     if existing:
         merge_files(existing, target.path, remove_sources=True)
+    for f in shard_files:  # the workers are gone: nobody else can hold these locks
+        Path(f"{f}.lock").unlink(missing_ok=True)
     return rows, failed
