@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 __all__ = [
@@ -271,14 +272,17 @@ def check_rows(df: pd.DataFrame, lines: pd.Series, numeric: dict[str, pd.Series]
     from ..dtypes import DATA_TYPES
 
     problems: list[str] = []
-    bad_any = pd.Series(False, index=df.index)
+    df = df.reset_index(drop=True)
+    bad_any = np.zeros(len(df), dtype=bool)
 
     def report(mask: pd.Series, what: Any) -> None:
-        nonlocal bad_any
-        mask = mask.fillna(False).astype(bool) & ~bad_any
-        for i in mask[mask].index[:5]:
-            problems.append(f"line {lines[i]}: {what(i) if callable(what) else what}")
-        bad_any |= mask
+        m = mask.to_numpy(dtype=bool, na_value=False)
+        if not m.any():  # the usual case: keep it cheap (plain numpy, no pandas alignment)
+            return
+        m &= ~bad_any
+        for i in np.flatnonzero(m)[:5]:
+            problems.append(f"line {lines.iloc[i]}: {what(i) if callable(what) else what}")
+        bad_any[m] = True
 
     for c in _REQUIRED:
         report(df[c] == "", f"no value for {c}")

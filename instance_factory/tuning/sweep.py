@@ -43,6 +43,7 @@ class SweepResult:
     db: str = ""
     seconds: float = 0.0
     failed_workers: list[int] = field(default_factory=list)
+    failed_problems: list[str] = field(default_factory=list)  # Dask sweeps: "key: why" of tasks that failed
     stopped_early: bool = False  # the deadline (max_minutes) stopped it: rerun to resume
     stats: dict = field(default_factory=dict)  # seconds per phase, summed (single process only)
 
