@@ -260,6 +260,13 @@ def _cmd_db(ns: argparse.Namespace) -> int:
         paths = [resolve_db(ns.db, dev).path]
     else:
         paths = [system_db_path(dev.kind), user_db_path(dev.kind)]
+    if ns.action == "compact":
+        from .database import TuningDB
+
+        for path in paths:
+            if path.exists() and (ns.db or path != system_db_path(dev.kind)):
+                print(f"{path}: compacted to {TuningDB(path).compact()} rows (one per identity, sorted)")
+        return 0
     if ns.action == "path":
         print(f"system tier  {system_db_dir()}  (this device: {system_db_path(dev.kind)})")
         print(f"user tier    {user_db_path(dev.kind)}")
@@ -382,7 +389,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_bench)
 
     p = subparsers.add_parser("db", help="show or summarize the tuning databases")
-    p.add_argument("action", choices=["summary", "show", "path"], nargs="?", default="summary")
+    p.add_argument("action", choices=["summary", "show", "path", "compact"], nargs="?", default="summary",
+                   help="compact: rewrite the user tier (or --db) with one row per result, sorted")
     p.add_argument("--db", help="one database file (default: this device's system and user tiers)")
     p.add_argument("--problem", help="only problem keys containing this text")
     p.add_argument("--best", action="store_true", help="show only the best row per problem")

@@ -148,6 +148,8 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
             (k, n) not in done for k, names in todo.items() for n in names)
     res.rows = list(rows)
     res.tuned = len(rows)
+    if rows:  # adds append; leave the file sorted, one row per identity (diff-friendly)
+        target.compact()
     res.seconds = time.monotonic() - t0
     return res
 
