@@ -68,7 +68,15 @@ from .schema import (
     typed,
 )
 from .schema import frame as _frame
-from .storage import TornTailWarning, append_rows, file_signature, read_db, remove_stale_temps, write_db
+from .storage import (
+    TornTailWarning,
+    append_rows,
+    check_new_rows,
+    file_signature,
+    read_db,
+    remove_stale_temps,
+    write_db,
+)
 
 __all__ = [
     "COLUMNS",
@@ -298,8 +306,9 @@ class TuningDB:
         new = _frame(rows)
         if len(new) == 0:
             return 0
+        body = check_new_rows(new)  # outside the lock: other writers wait only for the append
         with self.lock():
-            append_rows(self.path, new)
+            append_rows(self.path, new, body)
         _notify_change()
         return len(new)
 

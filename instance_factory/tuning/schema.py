@@ -279,7 +279,7 @@ def check_rows(df: pd.DataFrame, lines: pd.Series, numeric: dict[str, pd.Series]
         m = mask.to_numpy(dtype=bool, na_value=False)
         if not m.any():  # the usual case: keep it cheap (plain numpy, no pandas alignment)
             return
-        m &= ~bad_any
+        m = m & ~bad_any
         for i in np.flatnonzero(m)[:5]:
             problems.append(f"line {lines.iloc[i]}: {what(i) if callable(what) else what}")
         bad_any[m] = True

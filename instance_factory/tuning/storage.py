@@ -167,10 +167,12 @@ def remove_stale_temps(path: Path) -> list[str]:
     return removed
 
 
-def append_rows(path: Path, df: pd.DataFrame) -> None:
+def append_rows(path: Path, df: pd.DataFrame, body: str | None = None) -> None:
     """Append ``df``'s rows to ``path`` (under its lock): creates the file if missing, rewrites it when
-    its header is not this schema's (a file of an older version), cuts off a torn tail first."""
-    body = check_new_rows(df)  # before anything is touched
+    its header is not this schema's (a file of an older version), cuts off a torn tail first.
+    ``body``: :func:`check_new_rows` of ``df`` if the caller checked it already (outside the lock)."""
+    if body is None:
+        body = check_new_rows(df)  # before anything is touched
     remove_stale_temps(path)
     if not path.exists():
         write_db(path, df)
