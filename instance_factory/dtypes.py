@@ -21,6 +21,10 @@ class DataType:
     result: torch.dtype | None  # None: the result has the dtype of the matching forward tensor
     compute: str  # "ieee" (true fp32 FMA), "tf32", "native" (fp16/bf16 tensor cores), "fp8"
     tolerance: float  # max relative error vs float64 accepted by tests and the tuner
+    # max |out - ref| / max |ref|: the worst element's error on the reference's scale. 4x the normwise
+    # tolerance: measured worst elements sit at 1.6x the normwise error (H200 DB), while one wrong
+    # element of typical size costs ~0.2 (max|ref| is ~4.5 rms on 64k elements)
+    max_tolerance: float
 
     @property
     def short(self) -> str:
@@ -30,12 +34,12 @@ class DataType:
 DATA_TYPES: dict[str, DataType] = {
     d.name: d
     for d in (
-        DataType("fp32", "fp32", torch.float32, None, "ieee", 1e-5),
-        DataType("fp32_tf32", "fp32 (tf32 compute)", torch.float32, None, "tf32", 2e-3),
-        DataType("fp16", "fp16", torch.float16, None, "native", 2e-3),
-        DataType("bf16", "bf16", torch.bfloat16, None, "native", 1e-2),
-        DataType("bf16_fp32w", "bf16 (fp32 for weight)", torch.bfloat16, torch.float32, "native", 1e-2),
-        DataType("fp16_fp8", "fp16 (bf8/fp8 compute)", torch.float16, None, "fp8", 5e-2),
+        DataType("fp32", "fp32", torch.float32, None, "ieee", 1e-5, 4e-5),
+        DataType("fp32_tf32", "fp32 (tf32 compute)", torch.float32, None, "tf32", 2e-3, 8e-3),
+        DataType("fp16", "fp16", torch.float16, None, "native", 2e-3, 8e-3),
+        DataType("bf16", "bf16", torch.bfloat16, None, "native", 1e-2, 4e-2),
+        DataType("bf16_fp32w", "bf16 (fp32 for weight)", torch.bfloat16, torch.float32, "native", 1e-2, 4e-2),
+        DataType("fp16_fp8", "fp16 (bf8/fp8 compute)", torch.float16, None, "fp8", 5e-2, 2e-1),
     )
 }
 

@@ -118,6 +118,11 @@ def tuning_row(reg: Registry, instance: str, problem: str, median_ms: float, cud
                median_ms=median_ms if status == "ok" else None, reps=10,
                tflops=p.flops() / (median_ms * 1e-3) / 1e12, cudnn_ms=cudnn_ms,
                speedup=(cudnn_ms / median_ms) if cudnn_ms else None, timestamp="2026-01-05T10:00:00Z")
+    if status == "ok":  # an ok row is a verified one
+        from instance_factory.dtypes import DATA_TYPES
+
+        tol = DATA_TYPES[inst.dtype].tolerance
+        row.update(rel_err=tol / 10, max_rel_err=tol / 5, tolerance=tol)
     return row
 
 

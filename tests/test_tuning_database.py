@@ -14,6 +14,7 @@ import pytest
 
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import database as D
+from instance_factory.tuning import storage as S
 
 P = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
 LAYOUT = "NHWGC/GKYXC/NHWGK"
@@ -27,7 +28,8 @@ def row(instance: str, ms: float | None = 1.0, status: str = "ok", params: ConvP
          "kernel_hash": "h-" + instance, **DEV.as_columns(),
          **D.Software("3.9.0", "2.13.0", "0.1.0").as_columns(), "status": status,
          "reason": "" if status == "ok" else "boom, with a comma", "median_ms": ms, "reps": 5,
-         "rel_err": 1e-4 if status == "ok" else float("inf"), "timestamp": "2026-01-01T00:00:00Z"}
+         "rel_err": 1e-4 if status == "ok" else float("inf"), "max_rel_err": 2e-4 if status == "ok" else None,
+         "tolerance": 2e-3, "timestamp": "2026-01-01T00:00:00Z"}
     r.update(kw)
     return r
 
@@ -131,7 +133,7 @@ def test_two_concurrent_writers_lose_no_rows(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["sigkill_before_replace", "exception_before_replace"])
-def test_interrupted_write_leaves_previous_file(tmp_path, how):
+def test_interrupted_rewrite_leaves_previous_file(tmp_path, how):
     path = tmp_path / "db.csv"
     db = D.TuningDB(path)
     db.add([row("a", 1.0), row("b", 2.0)])
@@ -140,40 +142,66 @@ def test_interrupted_write_leaves_previous_file(tmp_path, how):
         # a real process killed (SIGKILL) after writing and fsyncing the temp file, before the rename
         p = _child(f"""
             import os, signal, time
-            from instance_factory.tuning import database as D
-            sys.path.insert(0, {str(Path(__file__).parent)!r})
-            from test_tuning_database import row
+            from instance_factory.tuning import database as D, storage as S
             def die(tmp):
                 assert os.path.getsize(tmp) > 0
                 print("writing", flush=True)
                 time.sleep(60)
-            D._before_replace_hook = die
-            D.TuningDB({str(path)!r}).add([row(f"new{{i}}", 1.0) for i in range(200)])
+            S._before_replace_hook = die
+            D.TuningDB({str(path)!r}).compact()
         """)
         assert p.stdout.readline().strip() == "writing"
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=30)
         assert p.returncode == -signal.SIGKILL
+        assert [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # the orphan it left
     else:
         def boom(tmp):
             raise OSError("disk full (simulated)")
 
-        old = D._before_replace_hook
-        D._before_replace_hook = boom
+        old = S._before_replace_hook
+        S._before_replace_hook = boom
         try:
             with pytest.raises(OSError, match="simulated"):
-                db.add([row("c", 3.0)])
+                db.compact()
         finally:
-            D._before_replace_hook = old
-        assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # cleaned up
+            S._before_replace_hook = old
     assert path.read_bytes() == before
     assert sorted(D.read_db(path).instance) == ["a", "b"]
-    db.add([row("c", 3.0)])  # the lock was released by the dead writer
+    db.add([row("c", 3.0)])  # the lock was released by the dead writer; its temp file is removed
     assert sorted(D.read_db(path).instance) == ["a", "b", "c"]
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_sigkill_mid_append_leaves_a_torn_tail_that_is_ignored_then_cut(tmp_path):
+    path = tmp_path / "db.csv"
+    db = D.TuningDB(path)
+    db.add([row("a", 1.0), row("b", 2.0)])
+    p = _child(f"""
+        import time
+        from instance_factory.tuning import database as D, storage as S
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_tuning_database import row
+        def die(path):
+            print("appending", flush=True)
+            time.sleep(60)
+        S._before_append_hook = die
+        D.TuningDB({str(path)!r}).add([row(f"new{{i:03d}}", 1.0) for i in range(201)])
+    """)
+    assert p.stdout.readline().strip() == "appending"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=30)
+    assert not path.read_bytes().endswith(b"\n")  # half an append: the last line is cut
+    with pytest.warns(D.TornTailWarning, match="incomplete last line"):
+        got = set(D.read_db(path).instance)
+    assert {"a", "b"} <= got and len(got) < 203  # whole lines only, the torn one ignored
+    db.add([row("c", 3.0)])  # cuts the torn line off under the lock, then appends
+    assert path.read_bytes().endswith(b"\n")
+    assert {"a", "b", "c"} <= set(D.read_db(path).instance)
 
 
 DAMAGE = {
-    "truncated row": lambda t: t[: t.rindex("\n", 0, len(t) - 1) + 40],
+    "truncated header": lambda t: t[:200],
     "extra field": lambda t: t.replace(",ok,", ",ok,extra,", 1),
     "missing column": lambda t: t.replace("kernel_hash", "kernel_hsh", 1),
     "bad number": lambda t: t.replace(",ok,,1,", ",ok,,fast,", 1),
@@ -195,12 +223,21 @@ def test_damaged_file_is_a_readable_error(tmp_path, kind):
         D.read_db(path)
     msg = str(ei.value)
     assert str(path) in msg and "damaged tuning database" in msg
-    if kind in ("truncated row", "extra field", "bad number", "unknown status", "key mismatch"):
+    if kind in ("extra field", "bad number", "unknown status", "key mismatch"):
         assert "line " in msg
-    # a writer refuses to touch it: nothing silently dropped
-    with pytest.raises(D.DatabaseError):
+    data = damaged.encode("utf-8", "surrogateescape")
+    if kind in ("truncated header", "missing column", "not utf-8", "empty"):
+        # the header is damaged: a writer (which would have to rewrite it) refuses to touch it
+        with pytest.raises(D.DatabaseError):
+            D.TuningDB(path).add([row("c", 3.0)])
+        assert path.read_bytes() == data
+    else:
+        # damage inside the rows: an append (which reads only the header) keeps every byte of it
         D.TuningDB(path).add([row("c", 3.0)])
-    assert path.read_bytes() == damaged.encode("utf-8", "surrogateescape")
+        assert path.read_bytes().startswith(data)
+    with pytest.raises(D.DatabaseError):  # neither does a compaction (nor any full rewrite)
+        D.TuningDB(path).compact()
+    assert path.read_bytes().startswith(data)
 
 
 def test_tier_paths(tmp_path, monkeypatch):

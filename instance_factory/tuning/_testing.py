@@ -55,14 +55,17 @@ def synthetic_row(problem: Any, inst: Any, median_ms: float | None, *, status: s
                   device: Any = None, **overrides: Any) -> dict:
     """A database row for ``inst`` on ``problem`` as the tuner would write it, with made-up timings
     (valid for this device and software unless ``overrides`` say otherwise)."""
+    from ..dtypes import DATA_TYPES
+
     dev = current_device(device if device is not None else "cpu")
+    tol = DATA_TYPES[problem.dtype].tolerance
     row = {
         **problem_fields(problem.op, problem.params, problem.layout, problem.dtype, problem.fused_op),
         "instance": inst.name, "algorithm": inst.algorithm, "instance_params": instance_params_json(inst.cfg),
         "kernel_hash": inst.kernel_hash, **dev.as_columns(), **current_software().as_columns(),
         "status": status, "reason": "" if status == "ok" else "synthetic failure",
         "median_ms": median_ms, "p20_ms": median_ms, "p80_ms": median_ms, "reps": 10,
-        "rel_err": 1e-4, "max_rel_err": 2e-4, "tolerance": 2e-3, "timing": "synthetic",
+        "rel_err": tol / 20, "max_rel_err": tol / 10, "tolerance": tol, "timing": "synthetic",
         "timestamp": now_utc(),
     }
     row.update(overrides)

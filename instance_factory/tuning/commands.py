@@ -110,11 +110,23 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
         return 2
     dev = current_device()
     try:
-        res = sweep(probs, shard=ns.shard, force=ns.force, db=ns.db, workers=ns.workers,
-                    progress=not ns.quiet, **_tune_options(ns))
+        if ns.dask is not None:
+            if ns.shard:
+                print("tune: --shard and --dask do not combine (the cluster spreads the problems)", file=sys.stderr)
+                return 2
+            from .dask_sweep import dask_sweep
+
+            res = dask_sweep(probs, address=ns.dask, n_workers=ns.dask_workers, db=ns.db, force=ns.force,
+                             progress=not ns.quiet, **_tune_options(ns))
+        else:
+            res = sweep(probs, shard=ns.shard, force=ns.force, db=ns.db, workers=ns.workers,
+                        progress=not ns.quiet, **_tune_options(ns))
     except FatalDeviceError as exc:
         print(f"tune: {exc}", file=sys.stderr)
         return 3
+    except ImportError as exc:
+        print(f"tune: {exc}", file=sys.stderr)
+        return 2
     head = (f"{len(res.problems)} problems in this shard, {res.skipped_problems} already tuned (skipped); "
             f"{res.throughput_line(dev.name)}; database {res.db}")
     split = res.time_split()
@@ -122,6 +134,8 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
     if res.failed_workers:
         print(f"workers {res.failed_workers} failed (their finished rows were merged); rerun to resume",
               file=sys.stderr)
+    for why in res.failed_problems:
+        print(f"failed on the cluster (rerun to resume): {why}", file=sys.stderr)
     sweep_md = f"### Sweep on {dev.name}\n\n{head}.\n" + (f"\nTime: {split}.\n" if split else "")
     if ns.no_summary and ns.summary:
         with open(ns.summary, "w") as f:
@@ -142,7 +156,7 @@ def _cmd_tune(ns: argparse.Namespace) -> int:
         if ns.summary:
             with open(ns.summary, "w") as f:
                 f.write(sweep_md + "\n" + text)
-    return 1 if res.failed_workers else 0
+    return 1 if res.failed_workers or res.failed_problems else 0
 
 
 def _cmd_lookup(ns: argparse.Namespace) -> int:
@@ -253,6 +267,13 @@ def _cmd_db(ns: argparse.Namespace) -> int:
         paths = [resolve_db(ns.db, dev).path]
     else:
         paths = [system_db_path(dev.kind), user_db_path(dev.kind)]
+    if ns.action == "compact":
+        from .database import TuningDB
+
+        for path in paths:
+            if path.exists() and (ns.db or path != system_db_path(dev.kind)):
+                print(f"{path}: compacted to {TuningDB(path).compact()} rows (one per identity, sorted)")
+        return 0
     if ns.action == "path":
         print(f"system tier  {system_db_dir()}  (this device: {system_db_path(dev.kind)})")
         print(f"user tier    {user_db_path(dev.kind)}")
@@ -317,7 +338,8 @@ def _cmd_extract(ns: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add tune / lookup / merge / bench / db / extract to the ``instance-factory`` parser."""
-    p = subparsers.add_parser("tune", help="tune problem sets or problems (resumable, shardable sweeps)",
+    p = subparsers.add_parser("tune", aliases=["sweep"],
+                              help="tune problem sets or problems (resumable, shardable sweeps; --dask: on a cluster)",
                               description="Verify every runnable instance against float64, time the correct "
                                           "ones and cuDNN, store the rows (user tier unless --db).")
     p.add_argument("sets", nargs="*", help="problem set names (configs/problem_sets) or YAML paths")
@@ -331,6 +353,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="re-measure what the database already holds")
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes, one per GPU (0: every local GPU; default 1)")
+    p.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
+                   help="one task per problem on a Dask cluster: a scheduler address (tcp://host:8786) or "
+                        "scheduler file (*.json); without one a local cluster (LocalCUDACluster: one worker per "
+                        "GPU). Needs the 'distributed' extra")
+    p.add_argument("--dask-workers", type=int, help="workers of the local Dask cluster (default: one per GPU; "
+                   "2 in the interpreter)")
     p.add_argument("--db", help="database file, or 'user' (default) / 'system' (tuning_db/<device>.csv)")
     p.add_argument("--summary", help="also write the Markdown summary table to this file")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
@@ -371,7 +399,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_bench)
 
     p = subparsers.add_parser("db", help="show or summarize the tuning databases")
-    p.add_argument("action", choices=["summary", "show", "path"], nargs="?", default="summary")
+    p.add_argument("action", choices=["summary", "show", "path", "compact"], nargs="?", default="summary",
+                   help="compact: rewrite the user tier (or --db) with one row per result, sorted")
     p.add_argument("--db", help="one database file (default: this device's system and user tiers)")
     p.add_argument("--problem", help="only problem keys containing this text")
     p.add_argument("--best", action="store_true", help="show only the best row per problem")

@@ -1,9 +1,11 @@
 """The tuning database: one row per (device, software, problem, instance) measurement.
 
 Storage
-    A plain CSV file with a header row, one row per result, columns in :data:`COLUMNS` order, rows
-    sorted by the identity columns (problem key first), floats written with 6 significant digits and
-    missing values as empty fields: a re-tune shows up in ``git diff`` as the changed rows only.
+    A plain CSV file with a header row, one row per result, columns in :data:`COLUMNS` order
+    (:mod:`.schema`, with a ``schema_version``), floats written with 6 significant digits and missing
+    values as empty fields. ``add`` appends (it never rewrites the file; a later row replaces an
+    earlier one of the same identity when read); ``compact`` (run at the end of every sweep) and
+    merges rewrite it sorted by identity, so a re-tune shows up in ``git diff`` as the changed rows.
 
 Tiers
     * system tier: ``tuning_db/<device-kind>.csv`` shipped with the package, read-only at run time
@@ -19,187 +21,103 @@ Validity
     file (they may be right for another machine) but are ignored by lookups and resumes.
 
 Safety
-    Every writer takes ``<file>.lock`` (filelock), re-reads the file under the lock, merges its rows
-    in (so two writers never lose each other's rows), writes a temporary file in the same folder,
-    fsyncs it and ``os.replace``-s it over the old one: a writer killed at any point leaves either the
-    old or the new file, never half of one. A file that does not parse raises :class:`DatabaseError`
-    naming the file and the line; nothing is ever dropped silently, and a damaged file is never
-    overwritten.
+    Every row is checked on write exactly as on read (:func:`.schema.parse_csv_text`): an invalid row
+    (an ok row without a positive median or outside its tolerance, an empty instance or kernel hash,
+    a problem key that disagrees with its fields, ...) raises :class:`DatabaseError` and nothing is
+    written. Every writer takes ``<file>.lock`` (filelock). Appends are fsynced before ``add``
+    returns; a writer killed mid-append leaves a torn last line that readers ignore and the next
+    writer cuts off; rewrites go through a temporary file, fsync and ``os.replace``, and temporary
+    files left by a killed writer are removed by the next one (:mod:`.storage`). A file that does not
+    parse raises :class:`DatabaseError` naming the file and the line; lookups warn
+    (:class:`DamagedTierWarning`) and skip that tier instead; writers never rewrite a damaged file.
 
 The best instance per problem is derived (:func:`best_per_problem`), never stored.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
 import re
-import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .schema import (
+    COLUMNS,
+    IDENTITY,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STATUS_RANK,
+    STATUSES,
+    DatabaseError,
+    empty_frame,
+    instance_params_json,
+    now_utc,
+    params_from_row,
+    problem_fields,
+    problem_key,
+    sort_rows,
+    split_problem_key,
+    to_csv_text,
+    typed,
+)
+from .schema import frame as _frame
+from .storage import (
+    TornTailWarning,
+    append_rows,
+    check_new_rows,
+    file_signature,
+    read_db,
+    remove_stale_temps,
+    write_db,
+)
+
 __all__ = [
     "COLUMNS",
     "IDENTITY",
+    "SCHEMA",
+    "SCHEMA_VERSION",
     "STATUSES",
+    "DamagedTierWarning",
     "DatabaseError",
     "DeviceInfo",
     "Software",
+    "TornTailWarning",
     "TuningDB",
     "best_per_problem",
     "current_device",
     "current_software",
     "empty_frame",
+    "file_signature",
+    "instance_params_json",
     "merge_files",
+    "now_utc",
+    "params_from_row",
     "problem_fields",
     "problem_key",
     "read_db",
+    "split_problem_key",
     "system_db_dir",
     "system_db_path",
+    "to_csv_text",
     "user_db_path",
     "valid_rows",
     "write_db",
 ]
 
-# --------------------------------------------------------------------------------------------
-# schema
-# --------------------------------------------------------------------------------------------
-_STR, _INT, _FLOAT = "str", "int", "float"
-
-#: (column, kind, required-non-empty) in file order.
-SCHEMA: tuple[tuple[str, str, bool], ...] = (
-    # the problem: the fixed-order key, then every field on its own
-    ("problem_key", _STR, True),
-    ("op", _STR, True),
-    ("layout", _STR, True),
-    ("dtype", _STR, True),
-    ("fused_op", _STR, True),
-    ("ndim", _INT, True),
-    ("G", _INT, True),
-    ("N", _INT, True),
-    ("K", _INT, True),
-    ("C", _INT, True),
-    ("filter", _STR, True),
-    ("input", _STR, True),
-    ("stride", _STR, True),
-    ("dilation", _STR, True),
-    ("left_pad", _STR, True),
-    ("right_pad", _STR, True),
-    # the instance
-    ("instance", _STR, True),
-    ("algorithm", _STR, True),
-    ("instance_params", _STR, True),
-    ("kernel_hash", _STR, True),
-    # the device
-    ("device", _STR, True),
-    ("device_cc", _STR, False),
-    ("device_sms", _INT, True),
-    # the software
-    ("triton_version", _STR, True),
-    ("torch_version", _STR, True),
-    ("package_version", _STR, True),
-    # the result
-    ("status", _STR, True),
-    ("reason", _STR, False),
-    ("median_ms", _FLOAT, False),
-    ("p20_ms", _FLOAT, False),
-    ("p80_ms", _FLOAT, False),
-    ("reps", _INT, False),
-    ("tflops", _FLOAT, False),
-    ("gbps", _FLOAT, False),
-    ("cudnn_ms", _FLOAT, False),
-    ("cudnn_impl", _STR, False),
-    ("speedup", _FLOAT, False),
-    ("rel_err", _FLOAT, False),
-    ("max_rel_err", _FLOAT, False),
-    ("tolerance", _FLOAT, False),
-    ("timing", _STR, False),
-    ("timestamp", _STR, True),
-)
-COLUMNS: tuple[str, ...] = tuple(c for c, _, _ in SCHEMA)
-_KIND = {c: k for c, k, _ in SCHEMA}
-_REQUIRED = tuple(c for c, _, r in SCHEMA if r)
-
-#: Columns that identify one result: a newer row with the same identity replaces an older one.
-IDENTITY: tuple[str, ...] = (
-    "problem_key", "device", "device_cc", "device_sms", "triton_version", "torch_version",
-    "package_version", "instance", "kernel_hash",
-)
 DEVICE_COLS = ("device", "device_cc", "device_sms")
 SOFTWARE_COLS = ("triton_version", "torch_version", "package_version")
-PROBLEM_FIELDS = ("ndim", "G", "N", "K", "C", "filter", "input", "stride", "dilation", "left_pad",
-                  "right_pad")
-
-#: ok: verified and timed. pruned: ran, but one run of it was so much slower than the problem's
-#: best single run that it was not benchmarked (``median_ms`` holds that one run, ``timing`` says
-#: ``single-run (pruned)``; verified unless the reason says otherwise); never chosen: lookups, the
-#: derived best, the summary and the report read ``ok`` rows only, and a merge prefers an ``ok`` row
-#: of the same identity. failed: wrong result, or an error while running. compile_error: the kernel
-#: did not build. oom: out of GPU memory or of a kernel resource (shared memory, registers).
-STATUSES = ("ok", "pruned", "failed", "compile_error", "oom")
-_STATUS_RANK = {"ok": 0, "pruned": 1, "failed": 2, "oom": 3, "compile_error": 4}
+_typed = typed
 
 
-class DatabaseError(ValueError):
-    """A tuning-database file that cannot be read as one; the message names the file and line."""
-
-
-# --------------------------------------------------------------------------------------------
-# problem keys
-# --------------------------------------------------------------------------------------------
-def _j(t: Sequence[int]) -> str:
-    return "x".join(str(int(v)) for v in t)
-
-
-def problem_key(op: str, params: Any, layout: Any, dtype: str, fused_op: str = "passthrough") -> str:
-    """The fixed-order problem key ``op|layout|dtype|fused_op|<ConvParams.key()>``.
-
-    ``layout`` is a CK triple string or a LayoutTriple, ``dtype`` a DataType name. New fields may
-    only ever be appended (to ConvParams.key() or here), so old keys stay valid.
-    """
-    lname = layout if isinstance(layout, str) else layout.name
-    return f"{op}|{lname}|{dtype}|{fused_op}|{params.key()}"
-
-
-def split_problem_key(key: str) -> tuple[str, str, str, str, str]:
-    """``problem_key`` -> (op, layout, dtype, fused_op, params_key)."""
-    parts = key.split("|")
-    if len(parts) != 5:
-        raise ValueError(f"not a problem key (op|layout|dtype|fused_op|params): {key!r}")
-    return parts[0], parts[1], parts[2], parts[3], parts[4]
-
-
-def problem_fields(op: str, params: Any, layout: Any, dtype: str, fused_op: str = "passthrough") -> dict:
-    """The problem columns of a row: the key and each field on its own."""
-    lname = layout if isinstance(layout, str) else layout.name
-    return {
-        "problem_key": problem_key(op, params, lname, dtype, fused_op),
-        "op": op, "layout": lname, "dtype": dtype, "fused_op": fused_op,
-        "ndim": params.ndim, "G": params.G, "N": params.N, "K": params.K, "C": params.C,
-        "filter": _j(params.filter), "input": _j(params.input), "stride": _j(params.stride),
-        "dilation": _j(params.dilation), "left_pad": _j(params.left_pad),
-        "right_pad": _j(params.right_pad),
-    }
-
-
-def params_from_row(row: Mapping[str, Any]) -> Any:
-    """The ConvParams of a row (from its field columns)."""
-    from ..problem import ConvParams
-
-    def t(s: Any) -> tuple[int, ...]:
-        return tuple(int(v) for v in str(s).split("x"))
-
-    return ConvParams(int(row["ndim"]), int(row["G"]), int(row["N"]), int(row["K"]), int(row["C"]),
-                      t(row["filter"]), t(row["input"]), t(row["stride"]), t(row["dilation"]),
-                      t(row["left_pad"]), t(row["right_pad"]))
+class DamagedTierWarning(UserWarning):
+    """A database tier could not be read: lookups skip it (the other tier, then the miss policy)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,51 +236,8 @@ def user_db_path(device_kind: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
-# frames
+# combining rows
 # --------------------------------------------------------------------------------------------
-def empty_frame() -> pd.DataFrame:
-    return _typed(pd.DataFrame({c: [] for c in COLUMNS}))
-
-
-def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    """Give every schema column its dtype (str, Int64, float64; extra columns str), in file order."""
-    df = df.copy(deep=False)
-    for c in COLUMNS:
-        if c not in df.columns:
-            df[c] = None
-    for c in df.columns:
-        kind = _KIND.get(c, _STR)
-        col = df[c]
-        if kind == _INT:
-            if str(col.dtype) != "Int64":
-                df[c] = pd.to_numeric(col, errors="raise").astype("Int64")
-        elif kind == _FLOAT:
-            if col.dtype != "float64":
-                df[c] = pd.to_numeric(col, errors="raise").astype("float64")
-        else:
-            df[c] = col.where(col.notna(), "").astype(str)
-    extra = sorted(c for c in df.columns if c not in _KIND)
-    return df[list(COLUMNS) + extra].reset_index(drop=True)
-
-
-def _frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
-    if isinstance(rows, pd.DataFrame):
-        df = rows
-    else:
-        rows = list(rows)
-        if not rows:
-            return empty_frame()
-        df = pd.DataFrame(rows)
-    unknown_status = set(df["status"].astype(str)) - set(STATUSES) if "status" in df else set()
-    if unknown_status:
-        raise ValueError(f"unknown status {sorted(unknown_status)}; use one of {STATUSES}")
-    return _typed(df)
-
-
-def _sorted(df: pd.DataFrame) -> pd.DataFrame:
-    return df.sort_values(list(IDENTITY), kind="stable").reset_index(drop=True)
-
-
 def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``old`` and ``new``; a ``new`` row replaces an ``old`` one with the same identity."""
     if len(old) == 0:
@@ -370,202 +245,34 @@ def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     elif len(new) == 0:
         both = old
     else:
-        both = pd.concat([_typed(old), _typed(new)], ignore_index=True)
+        both = pd.concat([typed(old), typed(new)], ignore_index=True)
     both = both.drop_duplicates(subset=list(IDENTITY), keep="last")
-    return _sorted(_typed(both))
+    return sort_rows(typed(both))
 
 
 def keep_best(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per identity: an ``ok`` row before a failed one, then the fastest, then the newest."""
+    """One row per identity: an ``ok`` row before a failed one, then the fastest, then the newest;
+    a full tie goes to the row whose file text sorts first (the result never depends on the order
+    of the sources)."""
     if len(df) == 0:
-        return _typed(df)
-    df = _typed(df)
+        return typed(df)
+    df = typed(df)
+    text = pd.Series(to_csv_text(df, header=False, sort=False).splitlines(), index=df.index)
     order = df.assign(
-        _rank=df["status"].map(_STATUS_RANK).fillna(9),
+        _rank=df["status"].map(STATUS_RANK).fillna(9),
         _ms=df["median_ms"].fillna(math.inf),
         _neg_ts=df["timestamp"],
-    ).sort_values(["_rank", "_ms", "_neg_ts"], ascending=[True, True, False], kind="stable")
+        _text=text,
+    ).sort_values(["_rank", "_ms", "_neg_ts", "_text"], ascending=[True, True, False, True], kind="stable")
     out = order.drop_duplicates(subset=list(IDENTITY), keep="first")
-    return _sorted(out.drop(columns=["_rank", "_ms", "_neg_ts"]))
-
-
-# --------------------------------------------------------------------------------------------
-# file format
-# --------------------------------------------------------------------------------------------
-def _column_text(col: pd.Series, kind: str) -> list[str]:
-    if kind == _FLOAT:
-        out = []
-        for v in col.to_numpy(dtype="float64", na_value=math.nan).tolist():
-            out.append("" if v != v else format(v, ".6g"))  # NaN -> empty; inf -> "inf"
-        return out
-    if kind == _INT:
-        return ["" if v is pd.NA else str(v) for v in col.astype(object).tolist()]
-    return col.tolist()
-
-
-def to_csv_text(df: pd.DataFrame) -> str:
-    """The file's text: header, rows sorted by identity, floats as %.6g, missing values empty."""
-    df = _sorted(_typed(df))
-    cols = [_column_text(df[c], _KIND.get(c, _STR)) for c in df.columns]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(df.columns)
-    w.writerows(zip(*cols))
-    return buf.getvalue()
-
-
-def _damaged(path: Path, problems: list[str]) -> DatabaseError:
-    shown = "; ".join(problems[:5])
-    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-    return DatabaseError(
-        f"damaged tuning database {path}: {shown}{more}. Nothing was read from it or written to it; "
-        f"repair the file (it is CSV; `git diff` or a backup shows what changed) or move it away."
-    )
-
-
-def read_db(path: str | os.PathLike) -> pd.DataFrame:
-    """Read one database file; a missing file is an empty database, a damaged one a DatabaseError."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return empty_frame()
-    except OSError as exc:
-        raise DatabaseError(f"cannot read tuning database {path}: {exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _damaged(path, [f"byte {exc.start} is not UTF-8 text"]) from None
-    if not text.strip():
-        raise _damaged(path, ["the file is empty (no header row)"])
-    problems: list[str] = []
-    if not text.endswith("\n"):
-        problems.append("the last line has no line end (the file was cut short?)")
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    records: list[list[str]] = []
-    line_nums: list[int] = []
-    try:
-        for rec in reader:
-            records.append(rec)
-            line_nums.append(reader.line_num)
-    except csv.Error as exc:
-        raise _damaged(path, [f"line {reader.line_num}: CSV syntax error: {exc}"]) from None
-    header = records[0]
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
-        raise _damaged(path, [f"header lacks the columns {missing} (header is line 1: {header[:6]}...)"])
-    if len(set(header)) != len(header):
-        raise _damaged(path, ["the header names a column twice"])
-    width = len(header)
-    good: list[list[str]] = []
-    good_lines: list[int] = []
-    for rec, lineno in zip(records[1:], line_nums[1:]):
-        if len(rec) != width:
-            problems.append(f"line {lineno} has {len(rec)} fields, the header has {width}" if rec
-                            else f"line {lineno} is empty")
-            continue
-        good.append(rec)
-        good_lines.append(lineno)
-    df = pd.DataFrame(good, columns=header, dtype=object)
-    lines = pd.Series(good_lines, dtype="int64")
-    numeric: dict[str, pd.Series] = {}
-    if len(df):
-        problems += _check_frame(df, lines, numeric)
-    if problems:
-        raise _damaged(path, problems)
-    for c, num in numeric.items():
-        df[c] = num.astype("Int64") if _KIND[c] == _INT else num.astype("float64")
-    return _typed(df)
-
-
-def _check_frame(df: pd.DataFrame, lines: pd.Series, numeric: dict[str, pd.Series]) -> list[str]:
-    """Problems of a freshly parsed all-string frame, each naming its line; fills ``numeric`` with
-    the parsed number columns."""
-    problems: list[str] = []
-    bad_any = pd.Series(False, index=df.index)
-
-    def report(mask: pd.Series, what: Any) -> None:
-        nonlocal bad_any
-        mask = mask & ~bad_any  # one problem per line
-        for i in mask[mask].index[:5]:
-            problems.append(f"line {lines[i]}: {what(i) if callable(what) else what}")
-        bad_any |= mask
-
-    for c in _REQUIRED:
-        report(df[c] == "", f"no value for {c}")
-    report(~df["status"].isin(STATUSES), lambda i: f"unknown status {df['status'][i]!r}")
-    for c, kind, _ in SCHEMA:
-        if kind == _STR:
-            continue
-        col = df[c]
-        filled = col != ""
-        num = pd.to_numeric(col.where(filled, None), errors="coerce")
-        numeric[c] = num
-        bad = filled & (num.isna() | (col.str.lower() == "nan"))
-        if kind == _INT:
-            bad |= filled & num.notna() & ((num % 1) != 0)
-        report(bad, lambda i, c=c, kind=kind: f"{c}={df[c][i]!r} is not a{'n int' if kind == _INT else ' number'}")
-    report((df["status"] == "ok") & (df["median_ms"] == ""), "an ok row without median_ms")
-    cols = ["problem_key", "op", "layout", "dtype", "fused_op", *PROBLEM_FIELDS]
-    uniq = df[cols].drop_duplicates()
-    wrong: dict[tuple, str] = {}
-    for rec in uniq.to_dict("records"):
-        try:
-            p = params_from_row(rec)
-            want = problem_key(rec["op"], p, rec["layout"], rec["dtype"], rec["fused_op"])
-        except ValueError as exc:
-            wrong[tuple(rec[c] for c in cols)] = f"the problem fields do not make a problem ({exc})"
-            continue
-        if want != rec["problem_key"]:
-            wrong[tuple(rec[c] for c in cols)] = (f"problem_key {rec['problem_key']!r} does not match its field "
-                                                 f"columns ({want!r})")
-    if wrong:
-        keys = pd.Series(list(zip(*(df[c] for c in cols))), index=df.index)
-        report(keys.isin(list(wrong)), lambda i: wrong[keys[i]])
-    return problems
-
-
-def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
-    """Atomically replace ``path`` with ``df`` (temp file in the same folder, fsync, os.replace).
-
-    Call it under the file's lock (TuningDB does); on its own it is atomic but not merge-safe.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = to_csv_text(df).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        _before_replace_hook(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
-def _before_replace_hook(tmp: str) -> None:
-    """Test seam: runs between the temp file's fsync and the rename (crash tests replace it)."""
+    return sort_rows(out.drop(columns=["_rank", "_ms", "_neg_ts", "_text"]))
 
 
 # --------------------------------------------------------------------------------------------
 # a database file with its lock
 # --------------------------------------------------------------------------------------------
 class TuningDB:
-    """One database file and its lock. ``add`` merges rows in safely; ``read`` takes a snapshot."""
+    """One database file and its lock. ``add`` appends checked rows; ``read`` takes a snapshot."""
 
     def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 600.0):
         self.path = Path(path).expanduser()
@@ -588,39 +295,57 @@ class TuningDB:
         return self.path.exists()
 
     def read(self) -> pd.DataFrame:
-        """A consistent snapshot (os.replace makes every read see a whole file; no lock needed)."""
+        """A consistent snapshot, one row per identity (no lock needed: appends are whole lines and
+        rewrites are renames; an append in progress is an ignored torn tail)."""
         return read_db(self.path)
 
     def add(self, rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> int:
-        """Merge rows into the file under its lock (same identity: the new row wins); returns count."""
+        """Append rows under the file's lock (same identity: the new row wins when read); returns the
+        count. Every row is checked as a reader checks it first: one invalid row raises
+        :class:`DatabaseError` and nothing is written."""
         new = _frame(rows)
         if len(new) == 0:
             return 0
+        body = check_new_rows(new)  # outside the lock: other writers wait only for the append
         with self.lock():
-            old = read_db(self.path)
-            write_db(self.path, upsert(old, new))
+            append_rows(self.path, new, body)
         _notify_change()
         return len(new)
 
-    def merge_from(self, sources: Sequence[str | os.PathLike], *, remove_sources: bool = False) -> int:
-        """Fold shard files into this file, keeping the best row per identity (:func:`keep_best`)."""
-        frames = []
-        for s in sources:
-            sdb = TuningDB(s)
-            if Path(s).resolve() == self.path.resolve():
-                continue
-            frames.append(sdb.read())
+    def compact(self) -> int:
+        """Rewrite the file under its lock: one row per identity, sorted (diff-friendly); returns rows."""
         with self.lock():
-            old = read_db(self.path)
-            both = pd.concat([old, *frames], ignore_index=True) if frames else old
-            merged = keep_best(both)
-            write_db(self.path, merged)
+            remove_stale_temps(self.path)
+            if not self.path.exists():
+                return 0
+            df = read_db(self.path)
+            write_db(self.path, df)
         _notify_change()
-        if remove_sources:
-            for s in sources:
-                if Path(s).resolve() != self.path.resolve():
-                    Path(s).unlink(missing_ok=True)
-                    Path(str(s) + ".lock").unlink(missing_ok=True)
+        return len(df)
+
+    def merge_from(self, sources: Sequence[str | os.PathLike], *, remove_sources: bool = False) -> int:
+        """Fold shard files into this file, keeping the best row per identity (:func:`keep_best`).
+
+        Every file's lock is held (taken in path order, so two merges cannot deadlock) from reading
+        the sources until they are removed: a writer appending to a shard meanwhile waits, then
+        creates the shard anew, and no committed row is lost. A damaged source stops the merge before
+        anything is written or removed. Lock files stay (removing one a waiter holds open would let two
+        writers in at once).
+        """
+        me = self.path.resolve()
+        srcs = [TuningDB(s) for s in dict.fromkeys(Path(s).expanduser() for s in sources)
+                if Path(s).expanduser().resolve() != me]
+        with ExitStack() as stack:
+            for db in sorted([self, *srcs], key=lambda d: str(d.path.resolve())):
+                stack.enter_context(db.lock())
+            frames = [read_db(db.path) for db in srcs]
+            remove_stale_temps(self.path)
+            merged = keep_best(pd.concat([read_db(self.path), *frames], ignore_index=True))
+            write_db(self.path, merged)
+            if remove_sources:
+                for db in srcs:
+                    db.path.unlink(missing_ok=True)
+        _notify_change()
         return len(merged)
 
 
@@ -670,9 +395,20 @@ def valid_rows(df: pd.DataFrame, *, device: DeviceInfo | None = None, software: 
 
 
 def read_valid_rows(path: str | os.PathLike, device: DeviceInfo, *, ok_only: bool = True,
-                    software: Software | None = None, kernel_hashes: Callable | None = None) -> pd.DataFrame:
-    """The rows of one database file that count on ``device`` with the current software and kernels."""
-    return valid_rows(read_db(path), device=device, software=software or current_software(),
+                    software: Software | None = None, kernel_hashes: Callable | None = None,
+                    damaged: str = "raise") -> pd.DataFrame:
+    """The rows of one database file that count on ``device`` with the current software and kernels.
+    ``damaged="warn"``: a file that cannot be read gives a :class:`DamagedTierWarning` and no rows
+    (lookups then serve the other tier or the miss policy) instead of a DatabaseError."""
+    try:
+        df = read_db(path)
+    except DatabaseError as exc:
+        if damaged != "warn":
+            raise
+        warnings.warn(f"instance_factory: skipping a tuning database that cannot be read: {exc}",
+                      DamagedTierWarning, stacklevel=2)
+        return empty_frame()
+    return valid_rows(df, device=device, software=software or current_software(),
                       kernel_hashes=kernel_hashes or registry_kernel_hashes(), ok_only=ok_only)
 
 
@@ -702,11 +438,3 @@ def best_per_problem(df: pd.DataFrame) -> pd.DataFrame:
     group = ["problem_key", *DEVICE_COLS, *SOFTWARE_COLS]
     ranked = ok.sort_values([*group, "median_ms", "instance"], kind="stable")
     return ranked.drop_duplicates(subset=group, keep="first").reset_index(drop=True)
-
-
-def now_utc() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def instance_params_json(cfg: Mapping[str, Any]) -> str:
-    return json.dumps(dict(cfg), sort_keys=True, separators=(",", ":"), default=str)

@@ -30,8 +30,10 @@ Where the answer comes from, in order:
    (w=1), each filter length and each stride (w=4: the shape of the work matters most), each
    dilation (w=1) and each padding as log2(1 + pad) (w=0.25).
 
-Call :func:`clear_cache` after changing the environment variables or the files by hand; writes
-through :class:`~instance_factory.tuning.database.TuningDB` clear it automatically.
+Call :func:`clear_cache` after changing the environment variables; writes through
+:class:`~instance_factory.tuning.database.TuningDB` in this process clear it at once, and a change of
+either tier's file by another process (its size, mtime or inode) is seen within ``RECHECK_S``
+seconds. A tier that cannot be read is skipped with a ``DamagedTierWarning``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +95,23 @@ _WARNED: set[str] = set()
 _LOCK = threading.RLock()
 
 
+#: seconds between checks whether another process changed a tier's file (a stat per tier)
+RECHECK_S = 1.0
+_NEXT_CHECK = [0.0]
+
+
+def _recheck_files() -> None:
+    """Drop the cache when a loaded tier's file changed on disk (throttled to one check per RECHECK_S)."""
+    now = time.monotonic()
+    if now < _NEXT_CHECK[0] or not _INDEX:
+        return
+    _NEXT_CHECK[0] = now + RECHECK_S
+    from .database import file_signature
+
+    if any(file_signature(p) != sig for idx in list(_INDEX.values()) for p, sig in idx.signatures):
+        clear_cache()
+
+
 def clear_cache() -> None:
     """Forget cached answers and the loaded database index (the next lookup re-reads the files)."""
     with _LOCK:
@@ -120,6 +140,7 @@ def lookup(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "pa
     ``"cuda:1"``, an index, or None for the current one; ``policy``: miss policy override.
     """
     key = (op, params, layout, dtype, fused_op, compute_dtype, wei_dtype, device, policy)
+    _recheck_files()
     try:
         return _CACHE[key]
     except KeyError:
@@ -174,6 +195,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     from .database import current_device, problem_key
 
     _register_listener()
+    _recheck_files()
     lt = parse_layout(layout, params.ndim)
     dname = _dtype_name(dtype, compute_dtype, wei_dtype)
     fused = fused_op if isinstance(fused_op, str) else "custom"
@@ -295,6 +317,7 @@ class _Index:
     user: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     system: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     files: tuple[str, ...] = ()
+    signatures: tuple[tuple, ...] = ()  # (path, file_signature) of both tiers, taken before reading
 
     def ranked(self, key: str):
         """(tier, instance name, row), fastest first: the user tier's rows if it has the key."""
@@ -345,15 +368,17 @@ def _get_index(dev: Any) -> _Index:
 
 
 def _build_index(dev: Any) -> _Index:
-    from .database import read_valid_rows, system_db_path, user_db_path
+    from .database import file_signature, read_valid_rows, system_db_path, user_db_path
 
     idx = _Index()
     files = []
-    for tier, path in (("system", system_db_path(dev.kind)), ("user", user_db_path(dev.kind))):
+    tiers = (("system", system_db_path(dev.kind)), ("user", user_db_path(dev.kind)))
+    idx.signatures = tuple((path, file_signature(path)) for _, path in tiers)
+    for tier, path in tiers:
         if not path.exists():
             continue
         files.append(str(path))
-        df = read_valid_rows(path, dev)
+        df = read_valid_rows(path, dev, damaged="warn")
         setattr(idx, tier, _ranked_by_key(df))
     idx.files = tuple(files)
     return idx

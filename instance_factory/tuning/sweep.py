@@ -43,6 +43,7 @@ class SweepResult:
     db: str = ""
     seconds: float = 0.0
     failed_workers: list[int] = field(default_factory=list)
+    failed_problems: list[str] = field(default_factory=list)  # Dask sweeps: "key: why" of tasks that failed
     stopped_early: bool = False  # the deadline (max_minutes) stopped it: rerun to resume
     stats: dict = field(default_factory=dict)  # seconds per phase, summed (single process only)
 
@@ -147,6 +148,8 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
             (k, n) not in done for k, names in todo.items() for n in names)
     res.rows = list(rows)
     res.tuned = len(rows)
+    if rows:  # adds append; leave the file sorted, one row per identity (diff-friendly)
+        target.compact()
     res.seconds = time.monotonic() - t0
     return res
 
@@ -202,4 +205,6 @@ def _run_workers(work: list[Problem], todo: dict[str, list[str]], target: Tuning
         rows.extend(read_db(f).to_dict("records"))
     if existing:
         merge_files(existing, target.path, remove_sources=True)
+    for f in shard_files:  # the workers are gone: nobody else can hold these locks
+        Path(f"{f}.lock").unlink(missing_ok=True)
     return rows, failed

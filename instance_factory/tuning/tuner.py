@@ -70,6 +70,7 @@ from typing import Any
 
 import torch
 
+from ..verify import verdict
 from .database import (
     CPU_DEVICE,
     DeviceInfo,
@@ -419,22 +420,10 @@ def _ref_norms(case: _Case) -> tuple[float, float]:
 
 
 def _errors(out: torch.Tensor, ref: torch.Tensor, norms: tuple[float, float] | None = None) -> tuple[float, float]:
-    """(||out - ref|| / ||ref||, max|out - ref| / max|ref|) in float64 on the tensors' device; NaN or
-    inf anywhere in ``out`` gives inf (never passes). ``norms``: the reference's (norm, max) if known."""
-    o = out.double()
-    if o.shape != ref.shape:
-        raise ValueError(f"shape mismatch: result {tuple(o.shape)} vs reference {tuple(ref.shape)}")
-    if not bool(torch.isfinite(o).all()):
-        return math.inf, math.inf
-    diff = o.sub_(ref) if o.data_ptr() != out.data_ptr() else o - ref
-    if norms is None:
-        norms = (float(torch.linalg.vector_norm(ref)), float(ref.abs().max()) if ref.numel() else 0.0)
-    rn, rm = norms
-    dn = float(torch.linalg.vector_norm(diff))
-    dm = float(diff.abs().max()) if diff.numel() else 0.0
-    rel = (0.0 if dn == 0.0 else math.inf) if rn == 0.0 else dn / rn
-    mrel = (0.0 if dm == 0.0 else math.inf) if rm == 0.0 else dm / rm
-    return rel, mrel
+    """(normwise, worst-element) relative errors: :func:`instance_factory.verify.result_errors`."""
+    from ..verify import result_errors
+
+    return result_errors(out, ref, norms)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -951,9 +940,9 @@ def _tune_problem_on(problem: Problem, instances: Sequence[Any], tdev: torch.dev
             continue
         finally:
             del out
-        if not rel <= dt.tolerance:  # NaN-safe
-            row(inst, "failed", f"wrong result: rel_err {rel:.3g} > tolerance {dt.tolerance:g}",
-                rel_err=rel, max_rel_err=mrel)
+        wrong = verdict(rel, mrel, problem.dtype)  # normwise and worst element; NaN-safe
+        if wrong:
+            row(inst, "failed", wrong, rel_err=rel, max_rel_err=mrel)
             tick(inst)
             continue
         row(inst, "ok", rel_err=rel, max_rel_err=mrel)
