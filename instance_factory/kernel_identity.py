@@ -77,15 +77,12 @@ def jit_closure(kernels: Iterable[Any]) -> tuple[dict[str, types.FunctionType], 
     {"module.name": value} of the module-level constants those functions read)."""
     functions: dict[str, types.FunctionType] = {}
     constants: dict[str, Any] = {}
-    todo = [k for k in kernels]
+    todo = list(kernels)
     while todo:
         fn = _python_fn(todo.pop())
-        if fn is None:
+        if fn is None or f"{fn.__module__}.{fn.__name__}" in functions:
             continue
-        qual = f"{fn.__module__}.{fn.__name__}"
-        if qual in functions:
-            continue
-        functions[qual] = fn
+        functions[f"{fn.__module__}.{fn.__name__}"] = fn
         for name in _names(fn):
             value = fn.__globals__.get(name)
             if _python_fn(value) is not None:
@@ -95,16 +92,22 @@ def jit_closure(kernels: Iterable[Any]) -> tuple[dict[str, types.FunctionType], 
     return functions, constants
 
 
+def _bare(qualified: str) -> str:
+    return qualified.rsplit(".", 1)[1]
+
+
 @functools.cache
 def _hash_of(kernels: tuple[Any, ...]) -> str:
+    # names without their module: moving a kernel or a helper to another module keeps the hash
     functions, constants = jit_closure(kernels)
-    blob = {"functions": {q: code_lines(inspect.getsource(f)) for q, f in sorted(functions.items())},
-            "constants": {q: repr(v) for q, v in sorted(constants.items())}}
-    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+    blob = {"functions": sorted((_bare(q), code_lines(inspect.getsource(f))) for q, f in functions.items()),
+            "constants": sorted((_bare(q), repr(v)) for q, v in constants.items())}
+    return hashlib.sha256(json.dumps(blob).encode()).hexdigest()
 
 
 def kernel_code_hash(kernels: Iterable[Any]) -> str:
-    """Hash of the device code of ``kernels`` (see the module docstring); order does not matter."""
+    """Hash of the device code of ``kernels`` (see the module docstring); order does not matter,
+    nor the modules the code lives in."""
     ks = tuple(sorted(kernels, key=lambda k: f"{k.fn.__module__}.{k.fn.__name__}"))
     if not ks:
         raise ValueError("a kernel family must name the @triton.jit kernels it launches (Algorithm.kernels)")

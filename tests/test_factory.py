@@ -178,7 +178,7 @@ def _hash_of_module(tmp_path, name, **fields):
     (tmp_path / name).mkdir()
     path = tmp_path / name / "kmod.py"
     path.write_text(_KERNEL_MODULE.format(**values))
-    spec = importlib.util.spec_from_file_location("kmod", path)  # one module name: it is part of the hash
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return kernel_code_hash([mod.kernel])
@@ -190,6 +190,7 @@ def test_kernel_hash_follows_kernel_code_not_notes_or_host_code(tmp_path):
     assert _hash_of_module(tmp_path, "k_host", host="t + 1") == base  # a launcher edit keeps the rows
     assert _hash_of_module(tmp_path, "k_helper", helper_extra=" + 1") != base  # a called helper counts
     assert _hash_of_module(tmp_path, "k_const", scale=3) != base  # so does a constant a kernel reads
+    # (each variant is its own module: the module a kernel lives in is not part of the hash)
 
 
 def test_kernel_hash_is_the_same_compiled_and_interpreted():
