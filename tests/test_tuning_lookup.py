@@ -83,7 +83,7 @@ def test_stale_kernel_hash_and_declining_winner_are_skipped(tiers):
     assert look() is b
 
 
-def test_heuristic_nearest_tuned_problem_and_warn_once(tiers):
+def test_heuristic_ranks_by_the_nearest_measurements_and_warns_once(tiers):
     user, _ = tiers
     run, _ = runnable()
     a, b = run[:2]
@@ -99,25 +99,51 @@ def test_heuristic_nearest_tuned_problem_and_warn_once(tiers):
         L.clear_cache()
         ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16)
     assert ch.source == "heuristic" and ch.neighbor == near.key and ch.instance is a
+    assert [n for _, n in ch.neighbors] == [near.key, far.key]
+    assert ch.ranking[0].name == a.name and len(ch.ranking) == len(run)
+    assert [p.predicted_ms for p in ch.ranking] == sorted(p.predicted_ms for p in ch.ranking)
     miss = [x for x in w if issubclass(x.category, L.TuningMissWarning)]
     assert len(miss) == 1 and PROB.key in str(miss[0].message) and near.key in str(miss[0].message)
     assert L.problem_distance(P, near.params) < L.problem_distance(P, far.params)
     assert L.problem_distance(P, P) == 0.0
 
 
-def test_heuristic_falls_back_to_the_stated_default(tiers):
+def test_fp16_miss_takes_the_bf16_winner_of_the_same_problem(tiers):
+    """fp16 and bf16 instances with the same tile are one kernel: bf16 rows rank fp16 candidates."""
+    user, _ = tiers
+    bf = Problem("conv_bwd_data", P, LAYOUT, "bf16")
+    brun, _ = runnable(bf)
+    slow, fast = brun[0], brun[-1]
+    user.add([synthetic_row(bf, slow, 5.0), synthetic_row(bf, fast, 0.5)]
+             + [synthetic_row(bf, i, 2.0) for i in brun[1:-1]])
+    ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16)
+    assert ch.source == "heuristic" and ch.neighbor == bf.key
+    assert ch.instance.data_type.name == "fp16" and ch.instance.cfg == fast.cfg
+    assert ch.instance.algorithm == fast.algorithm and ch.instance.name != fast.name
+
+
+def test_failed_kernel_on_a_neighbour_is_avoided(tiers):
+    user, _ = tiers
     run, _ = runnable()
-    with pytest.warns(L.TuningMissWarning, match="untuned default"):
+    near = Problem("conv_bwd_data", ConvParams(2, 1, 4, 8, 8, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1)),
+                   LAYOUT, "fp16")
+    # every kernel measured at 1 ms except the first, which produced wrong results there
+    user.add([synthetic_row(near, run[0], 0.1, status="failed")]
+             + [synthetic_row(near, i, 1.0 + 0.01 * n) for n, i in enumerate(run[1:])])
+    assert look() is run[1]
+
+
+def test_without_tuned_rows_the_analytic_model_ranks(tiers):
+    with pytest.warns(L.TuningMissWarning, match="analytic model"):
         inst = look()
-    assert inst is L.default_instance(run)
-    assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "default"
-    one = ConvParams(2, 1, 2, 8, 8, (1, 1), (6, 6), (1, 1), (1, 1), (0, 0), (0, 0))
+    ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16")
+    assert ch.source == "model" and inst is ch.instance and not ch.neighbors
+    assert "model only" in ch.ranking[0].basis
+    # depthwise: a tensor-core tile would waste nearly all of its work; a memory-bound family wins
+    dw = ConvParams(2, 256, 32, 1, 1, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
     with pytest.warns(L.TuningMissWarning):
-        spec = look(params=one)
-    assert spec.cfg.get("spec") == "1x1s1p0"  # a specialization that accepts it comes first
-    dw = ConvParams(2, 16, 2, 1, 1, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
-    with pytest.warns(L.TuningMissWarning):
-        assert L.lookup("conv_bwd_weight", dw, layout=LAYOUT, dtype=torch.float16).algorithm == "direct"
+        got = L.lookup("conv_bwd_weight", dw, layout=LAYOUT, dtype=torch.float16)
+    assert "block_m" not in got.cfg
 
 
 def test_error_policy_by_argument_and_environment(tiers, monkeypatch):

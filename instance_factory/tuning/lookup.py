@@ -14,21 +14,20 @@ Where the answer comes from, in order:
 2. **Miss**: the policy from ``policy=`` or ``$INSTANCE_FACTORY_MISS_POLICY`` (default
    ``heuristic``); a warning is issued once per problem key:
 
-   * ``"heuristic"``: the nearest tuned problem with the same op, layout, dtype and fused op, by the
-     distance below, whose winner can run this problem (ties: the smaller problem key). If no tuned
-     winner can run it (or nothing of that kind is tuned), the fixed default among the instances
-     that can run the problem: a ``spec`` specialization such as ``1x1s1p0`` (it accepts only the
-     problems it is built for), else the first instance in registry (YAML) order of the kernel
-     family with the fewest runnable instances, i.e. the most specialized family that accepts the
-     problem (``direct`` for depthwise; ties: registry order). See :func:`default_instance`.
+   * ``"heuristic"``: the cost model ranks every instance that can run the problem
+     (:mod:`instance_factory.tuning.cost_model`): an analytic roofline corrected by what the nearest
+     tuned problems measured for the same kernel, in a normalized problem space (the pass's GEMM M,
+     N, K, taps, stride, channels per group), per conv class (dense / grouped / depthwise), with
+     fp16 and bf16 rows serving each other (same kernels). With nothing tuned for the pass the
+     model alone ranks (source ``"model"``). ``instance-factory lookup --explain`` prints the
+     ranking and the neighbours behind it.
    * ``"tune"``: tune this problem now (every runnable instance, verified, then timed), store the
      rows in the user tier and return the winner.
    * ``"error"``: raise :class:`TuningMissError` naming the problem key.
 
-   Distance between problems p and q (same ndim, fixed by the layout):
-   ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over the features G, N, K, C, each output length
-   (w=1), each filter length and each stride (w=4: the shape of the work matters most), each
-   dilation (w=1) and each padding as log2(1 + pad) (w=0.25).
+   ``problem_distance`` (the previous rule's distance, kept for callers) is
+   ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over G, N, K, C and output lengths (w=1), filter
+   and stride lengths (w=4), dilations (w=1) and log2(1 + pad) (w=0.25).
 
 Call :func:`clear_cache` after changing the environment variables or the files by hand; writes
 through :class:`~instance_factory.tuning.database.TuningDB` clear it automatically.
@@ -74,13 +73,15 @@ class Choice:
     """What lookup chose and why (``instance-factory tune lookup`` prints it)."""
 
     instance: Any  # Instance
-    source: str  # "exact (user tier)", "exact (system tier)", "heuristic", "default", "tuned now"
+    source: str  # "exact (user tier)", "exact (system tier)", "heuristic", "model", "tuned now"
     problem_key: str
-    row: dict | None = None  # the DB row behind an exact hit / the neighbour's winning row
-    neighbor: str | None = None  # heuristic: the tuned problem whose winner was taken
+    row: dict | None = None  # the DB row behind an exact hit
+    neighbor: str | None = None  # heuristic: the nearest tuned problem behind the ranking
     distance: float | None = None
     db_files: tuple[str, ...] = ()
     note: str = ""
+    ranking: list = field(default_factory=list)  # heuristic / model: cost_model.Prediction, best first
+    neighbors: list = field(default_factory=list)  # heuristic: (distance, problem key), nearest first
 
 
 # ----------------------------------------------------------------------------------------------
@@ -210,47 +211,26 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
         raise TuningMissError(f"tuning problem {key} on {dev.name} found no instance that ran correctly; "
                               f"see the failed rows in {index.files[-1] if index.files else 'the user DB'}")
 
-    # heuristic
-    for dist, nkey, name, row in index.nearest(key, params):
-        inst = _get_instance(reg, name)
-        if inst is not None and inst.decline(params, lt, dname, fused) is None:
-            _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using "
-                            f"{name}, the winner of the nearest tuned problem {nkey} (distance "
-                            f"{dist:.2f}); tune it for the best instance")
-            return Choice(inst, "heuristic", key, row=row, neighbor=nkey, distance=dist,
-                          db_files=index.files)
+    # heuristic: the cost model ranks what can run the problem
+    from .cost_model import rank
+
     runnable, declined = reg.candidates(op, params, lt, dname, fused)
     if not runnable:
         reasons = "; ".join(sorted({r for _, r in declined}))[:500] or "no instance is declared for it"
         raise ValueError(f"no instance can run {key}: {reasons}")
-    inst = default_instance(runnable)
-    _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name} and no tuned neighbour's "
-                    f"winner can run it; using the untuned default {inst.name}; tune it for the best "
+    ranking = rank(op, params, lt.name, dname, fused, [(i.name, i.algorithm, i.cfg) for i in runnable],
+                   index.evidence(dev))
+    inst = reg.get(ranking.best.name)
+    nearest = ranking.neighbors[0] if ranking.neighbors else (None, None)
+    source = "heuristic" if ranking.neighbors else "model"
+    basis = (f"the nearest tuned problem {nearest[1]} at distance {nearest[0]:.2f}" if ranking.neighbors
+             else "no tuned problem of this pass: the analytic model alone")
+    _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using {inst.name}, "
+                    f"ranked fastest of {len(runnable)} by the cost model ({basis}); tune it for the best "
                     f"instance")
-    return Choice(inst, "default", key, db_files=index.files,
-                  note="untuned default: a specialization, else the most specialized family's first instance")
-
-
-# The memory-bound families first for the few-channel problems they accept (a GEMM tile padded to
-# tensor-core sizes wastes nearly all of its work there); ``direct`` won most such tuned layers.
-_DEFAULT_PRIORITY = {"direct": 2, "depthwise": 1}
-
-
-def default_instance(runnable: list[Any]) -> Any:
-    """The fixed default among the instances that can run a problem: a ``spec`` specialization
-    (e.g. ``1x1s1p0``) first, since it only accepts problems it is built for; otherwise the first
-    instance, in registry order, of the family with the highest ``_DEFAULT_PRIORITY`` (``direct``
-    for depthwise and few-channel groups), then of the one with the fewest runnable instances
-    (ties: registry order)."""
-    specs = [i for i in runnable if i.cfg.get("spec", "default") not in (None, "default")]
-    if specs:
-        return specs[0]
-    counts: dict[str, int] = {}
-    for i in runnable:
-        counts[i.algorithm] = counts.get(i.algorithm, 0) + 1
-    order = {alg: n for n, alg in enumerate(counts)}
-    return min(runnable, key=lambda i: (-_DEFAULT_PRIORITY.get(i.algorithm, 0), counts[i.algorithm],
-                                        order[i.algorithm]))
+    return Choice(inst, source, key, neighbor=nearest[1], distance=nearest[0], db_files=index.files,
+                  note=f"predicted {ranking.best.predicted_ms:.4g} ms ({ranking.best.basis})",
+                  ranking=ranking.predictions, neighbors=ranking.neighbors)
 
 
 def _get_instance(reg: Any, name: str) -> Any:
@@ -293,6 +273,20 @@ class _Index:
     user: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     system: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     files: tuple[str, ...] = ()
+    rows: dict[str, list[dict]] = field(default_factory=dict)  # tier -> valid rows of any status
+    _evidence: Any = None
+
+    def evidence(self, dev: Any) -> Any:
+        """The cost model's evidence (built on the first miss): every valid row of both tiers, a
+        problem's user-tier rows replacing its system-tier ones."""
+        if self._evidence is None:
+            from .cost_model import Evidence
+
+            user = self.rows.get("user", [])
+            mine = {r["problem_key"] for r in user}
+            rows = [r for r in self.rows.get("system", []) if r["problem_key"] not in mine] + user
+            self._evidence = Evidence.from_rows(rows, sms=dev.sms)
+        return self._evidence
 
     def ranked(self, key: str):
         """(tier, instance name, row), fastest first: the user tier's rows if it has the key."""
@@ -302,23 +296,6 @@ class _Index:
         elif key in self.system:
             for name, row in self.system[key]:
                 yield "system", name, row
-
-    def nearest(self, key: str, params: Any):
-        """(distance, key, winner name, row) of tuned problems of the same kind, nearest first."""
-        from ..problem import ConvParams
-        from .database import split_problem_key
-
-        op, layout, dtype, fused, _ = split_problem_key(key)
-        prefix = f"{op}|{layout}|{dtype}|{fused}|"
-        out = []
-        for k in set(self.user) | set(self.system):
-            if not k.startswith(prefix) or k == key:
-                continue
-            ranked = self.user.get(k) or self.system.get(k)
-            q = ConvParams.from_key(k[len(prefix):])
-            out.append((problem_distance(params, q), k, ranked[0][0], ranked[0][1]))
-        out.sort(key=lambda t: (t[0], t[1]))
-        return out
 
 
 def _ranked_by_key(df: Any) -> dict[str, list[tuple[str, dict]]]:
@@ -351,7 +328,8 @@ def _build_index(dev: Any) -> _Index:
         if not path.exists():
             continue
         files.append(str(path))
-        df = read_valid_rows(path, dev)
-        setattr(idx, tier, _ranked_by_key(df))
+        df = read_valid_rows(path, dev, ok_only=False)
+        idx.rows[tier] = df.to_dict("records")
+        setattr(idx, tier, _ranked_by_key(df[df["status"] == "ok"]))
     idx.files = tuple(files)
     return idx
