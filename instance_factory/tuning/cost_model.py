@@ -22,6 +22,8 @@ family's mean correction (or everyone's) with an uncertainty penalty, so measure
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ DTYPE_PENALTY = {"same": 0.0, "sibling": 0.25, "same_size": 1.5, "other": 3.0}
 SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"}, {"fp16", "fp16_fp8"})
 LAYOUT_PENALTY = 1.5  # channels-last vs channels-first families
 FUSED_PENALTY = 0.5
+DEVICE_PENALTY = 1.0  # a row measured on another GPU kind (used where this device has none closer)
 NEIGHBORS_PER_KERNEL = 3
 NEAREST_PROBLEMS = 6  # the family / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
@@ -113,10 +116,13 @@ def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str 
 def signature(algorithm: str, cfg: Mapping[str, Any] | str) -> str:
     """A kernel's identity across dtypes and layouts: its family and tile/pipeline parameters."""
     if isinstance(cfg, str):  # the database's instance_params JSON
-        import json
-
-        cfg = json.loads(cfg)
+        return _signature_of_json(algorithm, cfg)
     return algorithm + ":" + ",".join(f"{k}={cfg[k]}" for k in sorted(cfg))
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature_of_json(algorithm: str, params_json: str) -> str:
+    return signature(algorithm, json.loads(params_json))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,6 +178,7 @@ class _Tuned:
     corrections: dict[str, float] = field(default_factory=dict)  # signature -> log(measured / model)
     algorithms: dict[str, str] = field(default_factory=dict)  # signature -> family
     winner: str = ""  # the fastest ok instance's name
+    foreign: bool = False  # measured on another device kind
 
 
 @dataclass
@@ -183,43 +190,26 @@ class Evidence:
     sms: int = DEFAULT_SMS
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]], sms: int = DEFAULT_SMS) -> Evidence:
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]], sms: int = DEFAULT_SMS,
+                  foreign_rows: Iterable[Mapping[str, Any]] = ()) -> Evidence:
         """From database rows (any status: ``pruned`` rows count with their one timed run,
-        ``failed``/``oom``/``compile_error`` as :data:`FAILED_FACTOR` times the problem's best)."""
-        from ..problem import ConvParams
-        from .database import split_problem_key
-
-        by_key: dict[str, list[Mapping[str, Any]]] = {}
-        for r in rows:
-            by_key.setdefault(r["problem_key"], []).append(r)
+        ``failed``/``oom``/``compile_error`` as :data:`FAILED_FACTOR` times the problem's best).
+        ``foreign_rows``: rows of other device kinds, at :data:`DEVICE_PENALTY` extra distance."""
         floors: dict[tuple[str, str], list[float]] = {}
-        problems = []
-        for key, group in by_key.items():
-            op, layout, dtype, fused, pkey = split_problem_key(key)
-            ok = [r for r in group if r["status"] == "ok" and _finite(r.get("median_ms"))]
-            if not ok:
-                continue
-            params = ConvParams.from_key(pkey)
-            best = min(ok, key=lambda r: (float(r["median_ms"]), r["instance"]))
-            t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), float(best["median_ms"]),
-                       winner=best["instance"])
-            for r in group:
-                alg, sig = r["algorithm"], signature(r["algorithm"], r["instance_params"])
-                timed = r["status"] in ("ok", "pruned") and _finite(r.get("median_ms"))
-                ms = float(r["median_ms"]) if timed else FAILED_FACTOR * t.best_ms
-                if timed and r["status"] == "ok":
-                    floors.setdefault((op, alg), []).append(ms)
-                t.algorithms[sig] = alg
-                t.corrections[sig] = max(t.corrections.get(sig, -math.inf), math.log(ms))  # raw, see below
-            problems.append(t)
+        problems = _tuned_problems(rows, False, floors)
+        foreign_floors: dict[tuple[str, str], list[float]] = {}
+        problems += _tuned_problems(foreign_rows, True, foreign_floors)
+        for k, v in foreign_floors.items():
+            if not any(op == k[0] for op, _ in floors):
+                floors[k] = v
         floor = {k: _quantile(v, 0.02) for k, v in floors.items()}
-        for t in problems:  # measured -> measured / model, with the model's host floor in place
+        ev = cls(problems, floor, sms)
+        for t in problems:  # log measured -> log(measured / model), the model with its host floor
             for sig, log_ms in t.corrections.items():
-                cfg = _cfg_of(sig)
-                m = model_ms(t.op, t.params, t.dtype, t.algorithms[sig], cfg, sms,
-                             floor.get((t.op, t.algorithms[sig]), 0.0))
-                t.corrections[sig] = log_ms - math.log(m)
-        return cls(problems, floor, sms)
+                alg = t.algorithms[sig]
+                t.corrections[sig] = log_ms - math.log(model_ms(t.op, t.params, t.dtype, alg, _cfg_of(sig), sms,
+                                                                ev.floor(t.op, alg)))
+        return ev
 
     def floor(self, op: str, algorithm: str) -> float:
         """The family's host floor; a family never measured gets the pass's lowest (one launch at least)."""
@@ -231,6 +221,38 @@ class Evidence:
 
     def tuned_keys(self) -> set[str]:
         return {t.key for t in self.problems}
+
+
+def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
+                    floors: dict[tuple[str, str], list[float]]) -> list[_Tuned]:
+    """One entry per (device, problem) with an ok row, holding log(ms) per kernel signature; adds the
+    ok times to ``floors`` per (op, family)."""
+    from ..problem import ConvParams
+    from .database import split_problem_key
+
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r.get("device", "")), r["problem_key"]), []).append(r)
+    out = []
+    for (_, key), group in groups.items():
+        op, layout, dtype, fused, pkey = split_problem_key(key)
+        ok = [r for r in group if r["status"] == "ok" and _finite(r.get("median_ms"))]
+        if not ok:
+            continue
+        params = ConvParams.from_key(pkey)
+        best = min(ok, key=lambda r: (float(r["median_ms"]), r["instance"]))
+        t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), float(best["median_ms"]),
+                   winner=best["instance"], foreign=foreign)
+        for r in group:
+            alg, sig = r["algorithm"], signature(r["algorithm"], r["instance_params"])
+            timed = r["status"] in ("ok", "pruned") and _finite(r.get("median_ms"))
+            ms = float(r["median_ms"]) if timed else FAILED_FACTOR * t.best_ms
+            if timed and r["status"] == "ok":
+                floors.setdefault((op, alg), []).append(ms)
+            t.algorithms[sig] = alg
+            t.corrections[sig] = max(t.corrections.get(sig, -math.inf), math.log(ms))
+        out.append(t)
+    return out
 
 
 def _finite(v: Any) -> bool:
@@ -245,6 +267,7 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+@functools.lru_cache(maxsize=4096)
 def _cfg_of(sig: str) -> dict[str, Any]:
     """The tile/pipeline parameters back from a :func:`signature` (ints where they were ints)."""
     out: dict[str, Any] = {}
@@ -292,6 +315,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         d += DTYPE_PENALTY[_dtype_relation(dtype, t.dtype)]
         d += LAYOUT_PENALTY if _layout_family(layout) != _layout_family(t.layout) else 0.0
         d += FUSED_PENALTY if fused != t.fused else 0.0
+        d += DEVICE_PENALTY if t.foreign else 0.0
         near.append((d, t))
     near.sort(key=lambda x: (x[0], x[1].key))
     closest = near[:NEAREST_PROBLEMS]

@@ -285,8 +285,9 @@ class _Index:
             user = self.rows.get("user", [])
             mine = {r["problem_key"] for r in user}
             rows = [r for r in self.rows.get("system", []) if r["problem_key"] not in mine] + user
-            self._evidence = Evidence.from_rows(rows, sms=dev.sms)
+            self._evidence = Evidence.from_rows(rows, sms=dev.sms, foreign_rows=_foreign_rows(dev))
         return self._evidence
+
 
     def ranked(self, key: str):
         """(tier, instance name, row), fastest first: the user tier's rows if it has the key."""
@@ -296,6 +297,29 @@ class _Index:
         elif key in self.system:
             for name, row in self.system[key]:
                 yield "system", name, row
+
+
+def _foreign_rows(dev: Any) -> list[dict]:
+    """Rows the shipped tier holds for other device kinds (current kernels, any software): how the
+    same kernels rank on another GPU is better evidence than none."""
+    from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
+
+    out: list[dict] = []
+    hashes = registry_kernel_hashes()
+    for path in sorted(system_db_dir().glob("*.csv")):
+        df = valid_rows(read_db(path), kernel_hashes=hashes, ok_only=False)
+        if len(df):
+            out += _evidence_records(df[df["device"] != dev.name])
+    return out
+
+
+_EVIDENCE_COLS = ("problem_key", "device", "instance", "algorithm", "instance_params", "status", "median_ms")
+
+
+def _evidence_records(df: Any) -> list[dict]:
+    """The columns the cost model reads, as dicts (far quicker than ``to_dict("records")``)."""
+    cols = [df[c].tolist() for c in _EVIDENCE_COLS]
+    return [dict(zip(_EVIDENCE_COLS, vals)) for vals in zip(*cols)]
 
 
 def _ranked_by_key(df: Any) -> dict[str, list[tuple[str, dict]]]:
@@ -329,7 +353,7 @@ def _build_index(dev: Any) -> _Index:
             continue
         files.append(str(path))
         df = read_valid_rows(path, dev, ok_only=False)
-        idx.rows[tier] = df.to_dict("records")
+        idx.rows[tier] = _evidence_records(df)
         setattr(idx, tier, _ranked_by_key(df[df["status"] == "ok"]))
     idx.files = tuple(files)
     return idx

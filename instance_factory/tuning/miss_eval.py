@@ -10,6 +10,7 @@ by ``lookup.problem_distance``) is scored alongside. ``instance-factory db evalu
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -55,8 +56,6 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132) -> list[
 
 
 def _parsed(cands: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, dict]]:
-    import json
-
     return [(n, a, json.loads(p) if isinstance(p, str) else p) for n, a, p in cands]
 
 
