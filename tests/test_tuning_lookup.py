@@ -214,3 +214,27 @@ def test_ops_use_lookup_when_instance_is_none(tiers, monkeypatch):
     assert len(seen) == 1 and seen[0][2] is b
     assert seen[0][1]["dtype"] == torch.float16 and current_device(seen[0][1]["device"]).name == "cpu"
     assert rel_error(out, ref_conv_bwd_data(t["a"], t["b"], P, LAYOUT)) < 2e-3
+
+
+def test_ops_hot_path_follows_database_writes(tiers):
+    """Repeated instance=None calls skip plan, lookup and runner lookups (one dict hit), and a database
+    write (which clears the lookup cache) reaches them: the next call serves the new winner."""
+    from instance_factory import ops
+    from instance_factory.reference import ref_conv_bwd_data, rel_error
+
+    user, _ = tiers
+    a, b = runnable()[0][:2]
+    user.add([synthetic_row(PROB, a, 1.0), synthetic_row(PROB, b, 2.0)])
+    t = ops.make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16", seed=3)
+    ref = ref_conv_bwd_data(t["a"], t["b"], P, LAYOUT)
+    instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
+    hot = [v for k, v in ops._HOT.items() if k[1] == P and k[0] == "conv_bwd_data"]
+    assert len(hot) == 1
+    out = instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)  # served from the hot cache
+    assert rel_error(out, ref) < 2e-3
+    user.add([synthetic_row(PROB, b, 0.5)])  # b is now the fastest: the write clears the caches
+    assert not any(k[1] == P for k in ops._HOT)
+    out = instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
+    assert rel_error(out, ref) < 2e-3 and look() is b
+    with pytest.raises(ValueError, match="shape"):  # the per-call tensor checks still run on the hot path
+        instance_factory.conv_bwd_data(t["a"][:, :-1], t["b"], P, layout=LAYOUT)

@@ -93,11 +93,17 @@ _WARNED: set[str] = set()
 _LOCK = threading.RLock()
 
 
+#: run by clear_cache: caches elsewhere that hold lookup answers (the public ops' hot-path cache)
+CLEAR_HOOKS: list[Any] = []
+
+
 def clear_cache() -> None:
     """Forget cached answers and the loaded database index (the next lookup re-reads the files)."""
     with _LOCK:
         _CACHE.clear()
         _INDEX.clear()
+        for hook in list(CLEAR_HOOKS):
+            hook()
 
 
 def _register_listener() -> None:
