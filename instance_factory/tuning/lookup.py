@@ -174,8 +174,12 @@ def _warn_once(key: str, message: str) -> None:
 
 def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "passthrough",
             compute_dtype: str | None = None, wei_dtype: Any = None, device: Any = None,
-            policy: str | None = None) -> Choice:
-    """Like :func:`lookup`, uncached, returning the :class:`Choice` with its source and evidence."""
+            policy: str | None = None, untuned: bool = False) -> Choice:
+    """Like :func:`lookup`, uncached, returning the :class:`Choice` with its source and evidence.
+
+    ``untuned=True``: what the ``heuristic`` policy would serve if the problem had no rows (its own
+    rows are ignored as evidence too): ``instance-factory bench --untuned`` compares that default
+    with the tuned best."""
     from ..layouts import parse_layout
     from ..registry import get_registry
     from .database import current_device, problem_key
@@ -189,12 +193,12 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     reg = get_registry()
     index = _get_index(dev)
 
-    for tier, name, row in index.ranked(key):
+    for tier, name, row in () if untuned else index.ranked(key):
         inst = _get_instance(reg, name)
         if inst is not None and inst.decline(params, lt, dname, fused) is None:
             return Choice(inst, f"exact ({tier} tier)", key, row=row, db_files=index.files)
 
-    pol = _policy(policy)
+    pol = "heuristic" if untuned else _policy(policy)
     if pol == "error":
         raise TuningMissError(
             f"no tuned result for problem {key} on {dev.name} (miss policy 'error'); tune it with "
@@ -225,15 +229,16 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
         reasons = "; ".join(sorted({r for _, r in declined}))[:500] or "no instance is declared for it"
         raise ValueError(f"no instance can run {key}: {reasons}")
     ranking = rank(op, params, lt.name, dname, fused, [(i.name, i.algorithm, i.cfg) for i in runnable],
-                   index.evidence(dev))
+                   index.evidence(dev), exclude=key if untuned else None)
     inst = reg.get(ranking.best.name)
     nearest = ranking.neighbors[0] if ranking.neighbors else (None, None)
     source = "heuristic" if ranking.neighbors else "model"
     basis = (f"the nearest tuned problem {nearest[1]} at distance {nearest[0]:.2f}" if ranking.neighbors
              else "no tuned problem of this pass: the analytic model alone")
-    _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using {inst.name}, "
-                    f"ranked fastest of {len(runnable)} by the cost model ({basis}); tune it for the best "
-                    f"instance")
+    if not untuned:
+        _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using {inst.name}, "
+                        f"ranked fastest of {len(runnable)} by the cost model ({basis}); tune it for the "
+                        f"best instance")
     return Choice(inst, source, key, neighbor=nearest[1], distance=nearest[0], db_files=index.files,
                   note=f"predicted {ranking.best.predicted_ms:.4g} ms ({ranking.best.basis})",
                   ranking=ranking.predictions, neighbors=ranking.neighbors)
