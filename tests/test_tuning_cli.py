@@ -99,3 +99,41 @@ def test_tune_max_minutes_stops_cleanly_and_a_rerun_resumes(tiers, tmp_path, cap
     assert main(args + ["--max-minutes", "30"]) == 0
     out = capsys.readouterr().out
     assert "measured 2 instances" in out and "stopped at the deadline" not in out and len(read_db(db)) == 2
+
+
+def test_lookup_explain_bench_untuned_and_db_evaluate(tiers, tmp_path, capsys):
+    """lookup --explain shows the cost model's ranking and neighbours; bench --untuned puts the untuned
+    default (measured now: it has no row) beside the tuned best; db evaluate scores the policy."""
+    from instance_factory.registry import get_registry
+    from instance_factory.tuning import lookup as L
+    from instance_factory.tuning._testing import synthetic_row
+
+    user, _ = tiers
+    near = Problem("conv_bwd_data", ConvParams(2, 1, 1, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),
+                   LAYOUT, "bf16")
+    run, _ = get_registry().candidates(near.op, near.params, near.layout, near.dtype, near.fused_op)
+    rc = main(["tune", "--problem", KEY, "--instances", run[1].name, "--cpu-reps", "1", "--no-cudnn",
+               "--db", str(user / "cpu.csv"), "--quiet", "--no-summary"])
+    assert rc == 0
+    from instance_factory.tuning.database import TuningDB
+
+    TuningDB(user / "cpu.csv").add([synthetic_row(near, run[0], 0.5), synthetic_row(near, run[1], 5.0)])
+    L.clear_cache()
+    assert main(["lookup", KEY, "--untuned", "--explain", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen by  heuristic" in out and "predicted ms" in out and near.key in out
+    assert f"instance   {run[0].name}" in out  # the neighbour's fastest kernel, not this problem's row
+    assert main(["lookup", KEY, "--explain"]) == 0
+    assert "an exact hit" in capsys.readouterr().out
+
+    set_yaml = tmp_path / "one.yaml"
+    set_yaml.write_text("name: one\ndtypes: [bf16]\npasses: [conv_bwd_data]\nproblems:\n"
+                        "  - {name: tiny, ndim: 2, G: 1, N: 1, K: 8, C: 8, filter: [3, 3], input: [4, 4], "
+                        "stride: [1, 1], dilation: [1, 1], left_pad: [1, 1], right_pad: [1, 1]}\n")
+    assert main(["bench", str(set_yaml), "--untuned", "-o", str(tmp_path / "u.md")]) == 0
+    out = capsys.readouterr().out
+    assert "| problem | pass | dtype | class | untuned default |" in out and run[0].name.split("-")[1] in out
+    assert "| data | dense | bf16 | 1 |" in out and "wrong result" not in out
+
+    assert main(["db", "evaluate", "--db", str(user / "cpu.csv")]) == 0
+    assert "each hidden in turn" in capsys.readouterr().out

@@ -83,7 +83,7 @@ def test_stale_kernel_hash_and_declining_winner_are_skipped(tiers):
     assert look() is b
 
 
-def test_heuristic_nearest_tuned_problem_and_warn_once(tiers):
+def test_heuristic_ranks_by_the_nearest_measurements_and_warns_once(tiers):
     user, _ = tiers
     run, _ = runnable()
     a, b = run[:2]
@@ -99,25 +99,51 @@ def test_heuristic_nearest_tuned_problem_and_warn_once(tiers):
         L.clear_cache()
         ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16)
     assert ch.source == "heuristic" and ch.neighbor == near.key and ch.instance is a
+    assert [n for _, n in ch.neighbors] == [near.key, far.key]
+    assert ch.ranking[0].name == a.name and len(ch.ranking) == len(run)
+    assert [p.predicted_ms for p in ch.ranking] == sorted(p.predicted_ms for p in ch.ranking)
     miss = [x for x in w if issubclass(x.category, L.TuningMissWarning)]
     assert len(miss) == 1 and PROB.key in str(miss[0].message) and near.key in str(miss[0].message)
     assert L.problem_distance(P, near.params) < L.problem_distance(P, far.params)
     assert L.problem_distance(P, P) == 0.0
 
 
-def test_heuristic_falls_back_to_the_stated_default(tiers):
+def test_fp16_miss_takes_the_bf16_winner_of_the_same_problem(tiers):
+    """fp16 and bf16 instances with the same tile are one kernel: bf16 rows rank fp16 candidates."""
+    user, _ = tiers
+    bf = Problem("conv_bwd_data", P, LAYOUT, "bf16")
+    brun, _ = runnable(bf)
+    slow, fast = brun[0], brun[-1]
+    user.add([synthetic_row(bf, slow, 5.0), synthetic_row(bf, fast, 0.5)]
+             + [synthetic_row(bf, i, 2.0) for i in brun[1:-1]])
+    ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16)
+    assert ch.source == "heuristic" and ch.neighbor == bf.key
+    assert ch.instance.data_type.name == "fp16" and ch.instance.cfg == fast.cfg
+    assert ch.instance.algorithm == fast.algorithm and ch.instance.name != fast.name
+
+
+def test_failed_kernel_on_a_neighbour_is_avoided(tiers):
+    user, _ = tiers
     run, _ = runnable()
-    with pytest.warns(L.TuningMissWarning, match="untuned default"):
+    near = Problem("conv_bwd_data", ConvParams(2, 1, 4, 8, 8, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1)),
+                   LAYOUT, "fp16")
+    # every kernel measured at 1 ms except the first, which produced wrong results there
+    user.add([synthetic_row(near, run[0], 0.1, status="failed")]
+             + [synthetic_row(near, i, 1.0 + 0.01 * n) for n, i in enumerate(run[1:])])
+    assert look() is run[1]
+
+
+def test_without_tuned_rows_the_analytic_model_ranks(tiers):
+    with pytest.warns(L.TuningMissWarning, match="analytic model"):
         inst = look()
-    assert inst is L.default_instance(run)
-    assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "default"
-    one = ConvParams(2, 1, 2, 8, 8, (1, 1), (6, 6), (1, 1), (1, 1), (0, 0), (0, 0))
+    ch = L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16")
+    assert ch.source == "model" and inst is ch.instance and not ch.neighbors
+    assert "model only" in ch.ranking[0].basis
+    # depthwise: a tensor-core tile would waste nearly all of its work; a memory-bound family wins
+    dw = ConvParams(2, 256, 32, 1, 1, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
     with pytest.warns(L.TuningMissWarning):
-        spec = look(params=one)
-    assert spec.cfg.get("spec") == "1x1s1p0"  # a specialization that accepts it comes first
-    dw = ConvParams(2, 16, 2, 1, 1, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
-    with pytest.warns(L.TuningMissWarning):
-        assert L.lookup("conv_bwd_weight", dw, layout=LAYOUT, dtype=torch.float16).algorithm == "direct"
+        got = L.lookup("conv_bwd_weight", dw, layout=LAYOUT, dtype=torch.float16)
+    assert "block_m" not in got.cfg
 
 
 def test_error_policy_by_argument_and_environment(tiers, monkeypatch):
@@ -188,3 +214,27 @@ def test_ops_use_lookup_when_instance_is_none(tiers, monkeypatch):
     assert len(seen) == 1 and seen[0][2] is b
     assert seen[0][1]["dtype"] == torch.float16 and current_device(seen[0][1]["device"]).name == "cpu"
     assert rel_error(out, ref_conv_bwd_data(t["a"], t["b"], P, LAYOUT)) < 2e-3
+
+
+def test_ops_hot_path_follows_database_writes(tiers):
+    """Repeated instance=None calls skip plan, lookup and runner lookups (one dict hit), and a database
+    write (which clears the lookup cache) reaches them: the next call serves the new winner."""
+    from instance_factory import ops
+    from instance_factory.reference import ref_conv_bwd_data, rel_error
+
+    user, _ = tiers
+    a, b = runnable()[0][:2]
+    user.add([synthetic_row(PROB, a, 1.0), synthetic_row(PROB, b, 2.0)])
+    t = ops.make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16", seed=3)
+    ref = ref_conv_bwd_data(t["a"], t["b"], P, LAYOUT)
+    instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
+    hot = [v for k, v in ops._HOT.items() if k[1] == P and k[0] == "conv_bwd_data"]
+    assert len(hot) == 1
+    out = instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)  # served from the hot cache
+    assert rel_error(out, ref) < 2e-3
+    user.add([synthetic_row(PROB, b, 0.5)])  # b is now the fastest: the write clears the caches
+    assert not any(k[1] == P for k in ops._HOT)
+    out = instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
+    assert rel_error(out, ref) < 2e-3 and look() is b
+    with pytest.raises(ValueError, match="shape"):  # the per-call tensor checks still run on the hot path
+        instance_factory.conv_bwd_data(t["a"][:, :-1], t["b"], P, layout=LAYOUT)

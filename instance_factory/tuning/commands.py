@@ -6,7 +6,9 @@
     instance-factory tune quickstart --shard 0/2 --workers 2          # shard i of n, a worker per GPU
     instance-factory tune --problem 'conv_bwd_data|NHWGC/GKYXC/NHWGK|fp16|passthrough|2d-g1-...'
     instance-factory lookup --op data --params 2d-g1-n128-k64-c64-f3x3-i56x56-s1x1-d1x1-l1x1-r1x1 \\
-        --layout nhwgc --dtype fp16                                   # the instance that would run
+        --layout nhwgc --dtype fp16 --explain                         # the instance that would run, why
+    instance-factory bench heldout --untuned                          # untuned default vs tuned vs cuDNN
+    instance-factory db evaluate                                      # leave-one-out score of the miss policy
     instance-factory merge tuning_db/nvidia-h200.csv shard0.csv shard1.csv
     instance-factory bench resnet50 --dtype bf16 --pass weight        # best vs cuDNN (from the DB)
     instance-factory db summary | instance-factory db show --problem 56x56
@@ -184,7 +186,8 @@ def _cmd_lookup(ns: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings():  # "chosen by" below says it
             warnings.simplefilter("ignore", TuningMissWarning)
-            ch = explain(op, params, layout=layout, dtype=dtype, fused_op=fused, policy=ns.policy)
+            ch = explain(op, params, layout=layout, dtype=dtype, fused_op=fused, policy=ns.policy,
+                         untuned=ns.untuned)
     except TuningMissError as exc:
         print(f"lookup: {exc}", file=sys.stderr)
         return 1
@@ -201,7 +204,28 @@ def _cmd_lookup(ns: argparse.Namespace) -> int:
               f"{r.get('cudnn_ms', float('nan')):.4g} ms, speedup {r.get('speedup', float('nan')):.3g}x, "
               f"rel_err {r.get('rel_err', float('nan')):.2g}, {r['timestamp']}")
     print(f"databases  {', '.join(ch.db_files) or '(none found)'}")
+    if ns.explain:
+        _print_explanation(ch, ns.top)
     return 0
+
+
+def _print_explanation(ch: Any, top: int) -> None:
+    """The cost model's ranking and the tuned neighbours behind it (``lookup --explain``)."""
+    from .summary import _short_instance
+
+    if not ch.ranking:
+        print("explain    an exact hit: the fastest verified row measured for this very problem "
+              "(--untuned shows what the cost model would serve)")
+        return
+    print(f"explain    predicted ms = roofline model x correction measured for the same kernel on the "
+          f"nearest tuned problems; {len(ch.ranking)} instances can run it")
+    print(f"  {'#':>3} {'predicted ms':>12} {'model ms':>9}  instance  (evidence)")
+    for n, p in enumerate(ch.ranking[:top], 1):
+        print(f"  {n:>3} {p.predicted_ms:12.4g} {p.model_ms:9.4g}  {_short_instance(p.name)}  ({p.basis})")
+    if ch.neighbors:
+        print("  nearest tuned problems (distance: features + dtype / layout / class / device penalties):")
+        for d, key in ch.neighbors:
+            print(f"    {d:6.2f}  {key}")
 
 
 def _cmd_merge(ns: argparse.Namespace) -> int:
@@ -231,15 +255,31 @@ def _cmd_bench(ns: argparse.Namespace) -> int:
         from .tuner import resolve_db
 
         extra.append(str(resolve_db(ns.db, dev).path))
-    from .classes import class_summary, class_table, measure_ceilings, with_ceilings, write_summary_csv
-    from .summary import summary_frame
+    rows = load_valid(dev, extra_files=extra)
+    summary = None
+    if ns.untuned:
+        import warnings
 
-    copy_gbps, matmul_tflops = measure_ceilings() if ns.copy_gbps is None else (ns.copy_gbps, ns.matmul_tflops)
-    sf = with_ceilings(summary_frame(load_valid(dev, extra_files=extra), probs), copy_gbps, matmul_tflops)
-    summary = class_summary(sf, device=dev.name)
-    table = f"### {', '.join(ns.sets)} on {dev.name}\n\n" + class_table(sf, summary, copy_gbps, matmul_tflops)
+        from .untuned import compare, untuned_table
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            recs = compare(probs, rows, measure_missing=not ns.no_measure_default)
+        table = untuned_table(recs, title=f"untuned default vs tuned vs cuDNN: {', '.join(ns.sets)} on "
+                                          f"{dev.name}")
+    else:
+        from .classes import class_summary, class_table, measure_ceilings, with_ceilings
+        from .summary import summary_frame
+
+        copy_gbps, matmul_tflops = (measure_ceilings() if ns.copy_gbps is None
+                                    else (ns.copy_gbps, ns.matmul_tflops))
+        sf = with_ceilings(summary_frame(rows, probs), copy_gbps, matmul_tflops)
+        summary = class_summary(sf, device=dev.name)
+        table = f"### {', '.join(ns.sets)} on {dev.name}\n\n" + class_table(sf, summary, copy_gbps, matmul_tflops)
     print(table)
-    if ns.summary_csv:
+    if ns.summary_csv and summary is not None:
+        from .classes import write_summary_csv
+
         write_summary_csv(summary, ns.summary_csv)
     if ns.output:
         with open(ns.output, "w") as f:
@@ -261,6 +301,8 @@ def _cmd_db(ns: argparse.Namespace) -> int:
     )
 
     dev = current_device()
+    if ns.action == "evaluate":
+        return _evaluate(ns)
     if ns.db:
         from .tuner import resolve_db
 
@@ -309,6 +351,22 @@ def _cmd_db(ns: argparse.Namespace) -> int:
                 print(f"{path}: {len(show)} rows")
                 if len(show):
                     print(show[cols].to_string(index=False))
+    return 0
+
+
+def _evaluate(ns: argparse.Namespace) -> int:
+    """Leave-one-out score of the miss policy on each device's rows (current kernels, any software)."""
+    from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
+    from .miss_eval import leave_one_out, summary_markdown
+
+    paths = [ns.db] if ns.db else sorted(str(p) for p in system_db_dir().glob("*.csv"))
+    hashes = registry_kernel_hashes()
+    for path in paths:
+        df = read_db(path)
+        df = valid_rows(df, kernel_hashes=hashes, ok_only=False) if not ns.all else df
+        for (device, sms), part in df.groupby(["device", "device_sms"]):
+            res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132)
+            print(summary_markdown(res, title=f"{path}: {device} ({len(res)} problems, each hidden in turn)"))
     return 0
 
 
@@ -374,6 +432,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", help="DataType name: fp16, bf16, bf16_fp32w, fp32, fp32_tf32, ...")
     p.add_argument("--fused-op", default="passthrough")
     p.add_argument("--policy", choices=["heuristic", "tune", "error"], help="miss policy for this lookup")
+    p.add_argument("--explain", action="store_true",
+                   help="also print the cost model's ranking of the runnable instances and its neighbours")
+    p.add_argument("--untuned", action="store_true",
+                   help="what instance=None would serve if this problem had no rows (ignores its own rows)")
+    p.add_argument("--top", type=int, default=10, help="with --explain: instances shown (default 10)")
     p.set_defaults(func=_cmd_lookup)
 
     p = subparsers.add_parser("merge", help="merge tuning-database shard files into one (best row per result)")
@@ -395,12 +458,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--copy-gbps", type=float, help="copy bandwidth to compare with (default: measured now)")
     p.add_argument("--matmul-tflops", type=float, help="matmul ceiling to compare with (with --copy-gbps)")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--untuned", action="store_true",
+                   help="the untuned default (instance=None without this problem's rows) vs the tuned best "
+                        "vs cuDNN, side by side; a default the database did not time is timed now")
+    p.add_argument("--no-measure-default", action="store_true",
+                   help="with --untuned: only use times the database holds")
     _add_tune_options(p)
     p.set_defaults(func=_cmd_bench)
 
     p = subparsers.add_parser("db", help="show or summarize the tuning databases")
-    p.add_argument("action", choices=["summary", "show", "path", "compact"], nargs="?", default="summary",
-                   help="compact: rewrite the user tier (or --db) with one row per result, sorted")
+    p.add_argument("action", choices=["summary", "show", "path", "compact", "evaluate"], nargs="?",
+                   default="summary",
+                   help="compact: rewrite the user tier (or --db) with one row per result, sorted; evaluate: "
+                        "leave-one-out score of the miss policy on the shipped rows (or --db)")
     p.add_argument("--db", help="one database file (default: this device's system and user tiers)")
     p.add_argument("--problem", help="only problem keys containing this text")
     p.add_argument("--best", action="store_true", help="show only the best row per problem")

@@ -14,21 +14,20 @@ Where the answer comes from, in order:
 2. **Miss**: the policy from ``policy=`` or ``$INSTANCE_FACTORY_MISS_POLICY`` (default
    ``heuristic``); a warning is issued once per problem key:
 
-   * ``"heuristic"``: the nearest tuned problem with the same op, layout, dtype and fused op, by the
-     distance below, whose winner can run this problem (ties: the smaller problem key). If no tuned
-     winner can run it (or nothing of that kind is tuned), the fixed default among the instances
-     that can run the problem: a ``spec`` specialization such as ``1x1s1p0`` (it accepts only the
-     problems it is built for), else the first instance in registry (YAML) order of the kernel
-     family with the fewest runnable instances, i.e. the most specialized family that accepts the
-     problem (``direct`` for depthwise; ties: registry order). See :func:`default_instance`.
+   * ``"heuristic"``: the cost model ranks every instance that can run the problem
+     (:mod:`instance_factory.tuning.cost_model`): an analytic roofline corrected by what the nearest
+     tuned problems measured for the same kernel, in a normalized problem space (the pass's GEMM M,
+     N, K, taps, stride, channels per group), per conv class (dense / grouped / depthwise), with
+     fp16 and bf16 rows serving each other (same kernels). With nothing tuned for the pass the
+     model alone ranks (source ``"model"``). ``instance-factory lookup --explain`` prints the
+     ranking and the neighbours behind it.
    * ``"tune"``: tune this problem now (every runnable instance, verified, then timed), store the
      rows in the user tier and return the winner.
    * ``"error"``: raise :class:`TuningMissError` naming the problem key.
 
-   Distance between problems p and q (same ndim, fixed by the layout):
-   ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over the features G, N, K, C, each output length
-   (w=1), each filter length and each stride (w=4: the shape of the work matters most), each
-   dilation (w=1) and each padding as log2(1 + pad) (w=0.25).
+   ``problem_distance`` (the previous rule's distance, kept for callers) is
+   ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over G, N, K, C and output lengths (w=1), filter
+   and stride lengths (w=4), dilations (w=1) and log2(1 + pad) (w=0.25).
 
 Call :func:`clear_cache` after changing the environment variables; writes through
 :class:`~instance_factory.tuning.database.TuningDB` in this process clear it at once, and a change of
@@ -77,13 +76,15 @@ class Choice:
     """What lookup chose and why (``instance-factory tune lookup`` prints it)."""
 
     instance: Any  # Instance
-    source: str  # "exact (user tier)", "exact (system tier)", "heuristic", "default", "tuned now"
+    source: str  # "exact (user tier)", "exact (system tier)", "heuristic", "model", "tuned now"
     problem_key: str
-    row: dict | None = None  # the DB row behind an exact hit / the neighbour's winning row
-    neighbor: str | None = None  # heuristic: the tuned problem whose winner was taken
+    row: dict | None = None  # the DB row behind an exact hit
+    neighbor: str | None = None  # heuristic: the nearest tuned problem behind the ranking
     distance: float | None = None
     db_files: tuple[str, ...] = ()
     note: str = ""
+    ranking: list = field(default_factory=list)  # heuristic / model: cost_model.Prediction, best first
+    neighbors: list = field(default_factory=list)  # heuristic: (distance, problem key), nearest first
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,7 +101,7 @@ RECHECK_S = 1.0
 _NEXT_CHECK = [0.0]
 
 
-def _recheck_files() -> None:
+def recheck_files() -> None:
     """Drop the cache when a loaded tier's file changed on disk (throttled to one check per RECHECK_S)."""
     now = time.monotonic()
     if now < _NEXT_CHECK[0] or not _INDEX:
@@ -112,11 +113,17 @@ def _recheck_files() -> None:
         clear_cache()
 
 
+#: run by clear_cache: caches elsewhere that hold lookup answers (the public ops' hot-path cache)
+CLEAR_HOOKS: list[Any] = []
+
+
 def clear_cache() -> None:
     """Forget cached answers and the loaded database index (the next lookup re-reads the files)."""
     with _LOCK:
         _CACHE.clear()
         _INDEX.clear()
+        for hook in list(CLEAR_HOOKS):
+            hook()
 
 
 def _register_listener() -> None:
@@ -140,7 +147,7 @@ def lookup(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "pa
     ``"cuda:1"``, an index, or None for the current one; ``policy``: miss policy override.
     """
     key = (op, params, layout, dtype, fused_op, compute_dtype, wei_dtype, device, policy)
-    _recheck_files()
+    recheck_files()
     try:
         return _CACHE[key]
     except KeyError:
@@ -188,14 +195,18 @@ def _warn_once(key: str, message: str) -> None:
 
 def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "passthrough",
             compute_dtype: str | None = None, wei_dtype: Any = None, device: Any = None,
-            policy: str | None = None) -> Choice:
-    """Like :func:`lookup`, uncached, returning the :class:`Choice` with its source and evidence."""
+            policy: str | None = None, untuned: bool = False) -> Choice:
+    """Like :func:`lookup`, uncached, returning the :class:`Choice` with its source and evidence.
+
+    ``untuned=True``: what the ``heuristic`` policy would serve if the problem had no rows (its own
+    rows are ignored as evidence too): ``instance-factory bench --untuned`` compares that default
+    with the tuned best."""
     from ..layouts import parse_layout
     from ..registry import get_registry
     from .database import current_device, problem_key
 
     _register_listener()
-    _recheck_files()
+    recheck_files()
     lt = parse_layout(layout, params.ndim)
     dname = _dtype_name(dtype, compute_dtype, wei_dtype)
     fused = fused_op if isinstance(fused_op, str) else "custom"
@@ -204,12 +215,12 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     reg = get_registry()
     index = _get_index(dev)
 
-    for tier, name, row in index.ranked(key):
+    for tier, name, row in () if untuned else index.ranked(key):
         inst = _get_instance(reg, name)
         if inst is not None and inst.decline(params, lt, dname, fused) is None:
             return Choice(inst, f"exact ({tier} tier)", key, row=row, db_files=index.files)
 
-    pol = _policy(policy)
+    pol = "heuristic" if untuned else _policy(policy)
     if pol == "error":
         raise TuningMissError(
             f"no tuned result for problem {key} on {dev.name} (miss policy 'error'); tune it with "
@@ -232,49 +243,34 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
         raise TuningMissError(f"tuning problem {key} on {dev.name} found no instance that ran correctly; "
                               f"see the failed rows in {index.files[-1] if index.files else 'the user DB'}")
 
-    # heuristic
-    for dist, nkey, name, row in index.nearest(key, params):
-        inst = _get_instance(reg, name)
-        if inst is not None and inst.decline(params, lt, dname, fused) is None:
-            _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using "
-                            f"{name}, the winner of the nearest tuned problem {nkey} (distance "
-                            f"{dist:.2f}); tune it for the best instance")
-            return Choice(inst, "heuristic", key, row=row, neighbor=nkey, distance=dist,
-                          db_files=index.files)
+    # heuristic: the cost model ranks what can run the problem
+    from .cost_model import rank
+
     runnable, declined = reg.candidates(op, params, lt, dname, fused)
     if not runnable:
         reasons = "; ".join(sorted({r for _, r in declined}))[:500] or "no instance is declared for it"
         raise ValueError(f"no instance can run {key}: {reasons}")
-    inst = default_instance(runnable)
-    _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name} and no tuned neighbour's "
-                    f"winner can run it; using the untuned default {inst.name}; tune it for the best "
-                    f"instance")
-    return Choice(inst, "default", key, db_files=index.files,
-                  note="untuned default: a specialization, else the most specialized family's first instance")
+    # families that have not yet run on a GPU serve only where no proven family can
+    proven = [i for i in runnable if i.algorithm not in UNPROVEN_FAMILIES] or runnable
+    ranking = rank(op, params, lt.name, dname, fused, [(i.name, i.algorithm, i.cfg) for i in proven],
+                   index.evidence(dev), exclude=key if untuned else None)
+    inst = reg.get(ranking.best.name)
+    nearest = ranking.neighbors[0] if ranking.neighbors else (None, None)
+    source = "heuristic" if ranking.neighbors else "model"
+    basis = (f"the nearest tuned problem {nearest[1]} at distance {nearest[0]:.2f}" if ranking.neighbors
+             else "no tuned problem of this pass: the analytic model alone")
+    if not untuned:
+        _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using {inst.name}, "
+                        f"ranked fastest of {len(proven)} by the cost model ({basis}); tune it for the "
+                        f"best instance")
+    return Choice(inst, source, key, neighbor=nearest[1], distance=nearest[0], db_files=index.files,
+                  note=f"predicted {ranking.best.predicted_ms:.4g} ms ({ranking.best.basis})",
+                  ranking=ranking.predictions, neighbors=ranking.neighbors)
 
 
-# The memory-bound families first for the few-channel problems they accept (a GEMM tile padded to
-# tensor-core sizes wastes nearly all of its work there); ``direct`` won most such tuned layers.
-# ``blockdiag`` last: it has not yet run on a GPU (session 4 had none), so it is never the untuned
-# default where another family can run; the tuner still verifies and times it.
-_DEFAULT_PRIORITY = {"direct": 2, "depthwise": 1, "blockdiag": -1}
-
-
-def default_instance(runnable: list[Any]) -> Any:
-    """The fixed default among the instances that can run a problem: a ``spec`` specialization
-    (e.g. ``1x1s1p0``) first, since it only accepts problems it is built for; otherwise the first
-    instance, in registry order, of the family with the highest ``_DEFAULT_PRIORITY`` (``direct``
-    for depthwise and few-channel groups), then of the one with the fewest runnable instances
-    (ties: registry order)."""
-    specs = [i for i in runnable if i.cfg.get("spec", "default") not in (None, "default")]
-    if specs:
-        return specs[0]
-    counts: dict[str, int] = {}
-    for i in runnable:
-        counts[i.algorithm] = counts.get(i.algorithm, 0) + 1
-    order = {alg: n for n, alg in enumerate(counts)}
-    return min(runnable, key=lambda i: (-_DEFAULT_PRIORITY.get(i.algorithm, 0), counts[i.algorithm],
-                                        order[i.algorithm]))
+#: kernel families not yet verified on a GPU (``blockdiag``: session 4 had no GPU). The tuner still
+#: verifies and times them; an untuned lookup never picks them where another family can run.
+UNPROVEN_FAMILIES = frozenset({"blockdiag"})
 
 
 def _get_instance(reg: Any, name: str) -> Any:
@@ -318,6 +314,21 @@ class _Index:
     system: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     signatures: tuple[tuple, ...] = ()  # (path, file_signature) of both tiers, taken before reading
+    rows: dict[str, list[dict]] = field(default_factory=dict)  # tier -> valid rows of any status
+    _evidence: Any = None
+
+    def evidence(self, dev: Any) -> Any:
+        """The cost model's evidence (built on the first miss): every valid row of both tiers, a
+        problem's user-tier rows replacing its system-tier ones."""
+        if self._evidence is None:
+            from .cost_model import Evidence
+
+            user = self.rows.get("user", [])
+            mine = {r["problem_key"] for r in user}
+            rows = [r for r in self.rows.get("system", []) if r["problem_key"] not in mine] + user
+            self._evidence = Evidence.from_rows(rows, sms=dev.sms, foreign_rows=_foreign_rows(dev))
+        return self._evidence
+
 
     def ranked(self, key: str):
         """(tier, instance name, row), fastest first: the user tier's rows if it has the key."""
@@ -328,22 +339,28 @@ class _Index:
             for name, row in self.system[key]:
                 yield "system", name, row
 
-    def nearest(self, key: str, params: Any):
-        """(distance, key, winner name, row) of tuned problems of the same kind, nearest first."""
-        from ..problem import ConvParams
-        from .database import split_problem_key
 
-        op, layout, dtype, fused, _ = split_problem_key(key)
-        prefix = f"{op}|{layout}|{dtype}|{fused}|"
-        out = []
-        for k in set(self.user) | set(self.system):
-            if not k.startswith(prefix) or k == key:
-                continue
-            ranked = self.user.get(k) or self.system.get(k)
-            q = ConvParams.from_key(k[len(prefix):])
-            out.append((problem_distance(params, q), k, ranked[0][0], ranked[0][1]))
-        out.sort(key=lambda t: (t[0], t[1]))
-        return out
+def _foreign_rows(dev: Any) -> list[dict]:
+    """Rows the shipped tier holds for other device kinds (current kernels, any software): how the
+    same kernels rank on another GPU is better evidence than none."""
+    from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
+
+    out: list[dict] = []
+    hashes = registry_kernel_hashes()
+    for path in sorted(system_db_dir().glob("*.csv")):
+        df = valid_rows(read_db(path), kernel_hashes=hashes, ok_only=False)
+        if len(df):
+            out += _evidence_records(df[df["device"] != dev.name])
+    return out
+
+
+_EVIDENCE_COLS = ("problem_key", "device", "instance", "algorithm", "instance_params", "status", "median_ms")
+
+
+def _evidence_records(df: Any) -> list[dict]:
+    """The columns the cost model reads, as dicts (far quicker than ``to_dict("records")``)."""
+    cols = [df[c].tolist() for c in _EVIDENCE_COLS]
+    return [dict(zip(_EVIDENCE_COLS, vals)) for vals in zip(*cols)]
 
 
 def _ranked_by_key(df: Any) -> dict[str, list[tuple[str, dict]]]:
@@ -378,7 +395,8 @@ def _build_index(dev: Any) -> _Index:
         if not path.exists():
             continue
         files.append(str(path))
-        df = read_valid_rows(path, dev, damaged="warn")
-        setattr(idx, tier, _ranked_by_key(df))
+        df = read_valid_rows(path, dev, ok_only=False, damaged="warn")
+        idx.rows[tier] = _evidence_records(df)
+        setattr(idx, tier, _ranked_by_key(df[df["status"] == "ok"]))
     idx.files = tuple(files)
     return idx

@@ -1,0 +1,354 @@
+"""Rank the instances that can run an untuned problem: a roofline model corrected by tuned neighbours.
+
+The miss policy ``heuristic`` (``lookup.explain``) asks :func:`rank` for the instance to serve. For
+each runnable candidate it predicts the time on the problem as
+
+    log t(c, P) = log model(c, P) + mean_Q w_Q * [log measured(c, Q) - log model(c, Q)]
+
+over the nearest tuned problems Q that measured the same kernel (same family and tile/pipeline
+parameters, in any dtype or layout: fp16 and bf16 instances are one kernel). ``model`` is an
+analytic roofline (:func:`model_ms`): tile-padded GEMM work over the dtype's tensor-core rate and
+the SM waves actually filled, or bytes over memory bandwidth, whichever is longer, never below the
+family's host floor (the fastest call of that family in the data: one launch vs two plus a
+workspace shows up there). The neighbour term carries what the model misses (a kernel's real
+efficiency), so the ranking is data-driven: a new kernel family needs no rule here, only rows.
+
+Neighbours: problems of the same pass, by a weighted distance in a normalized problem space (log2
+of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
+plus a fixed penalty for a different conv class (dense / grouped / depthwise), data type (none
+between fp16 and bf16), layout family or fused op. A candidate no neighbour measured borrows its
+family's mean correction (or everyone's) with an uncertainty penalty, so measured kernels win ties.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape", "model_ms",
+           "neighbor_distance", "rank", "signature"]
+
+# ---- the model's constants (H100/H200 class; the neighbour correction absorbs the rest) ------
+#: dense tensor-core rate per compute type, FLOP/s (~790 T measured for bf16 matmul, ARCHITECTURE.md)
+PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
+CUDA_CORE_FLOPS = 50e12  # families without tensor-core tiles (direct, depthwise)
+MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
+DEFAULT_SMS = 132
+MAX_SPLIT = 64
+
+# ---- neighbour search -----------------------------------------------------------------------
+FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
+                   "G": 0.5}
+CLASS_PENALTY = 6.0  # dense vs grouped vs depthwise: different kernels win
+DTYPE_PENALTY = {"same": 0.0, "sibling": 0.25, "same_size": 1.5, "other": 3.0}
+SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"}, {"fp16", "fp16_fp8"})
+LAYOUT_PENALTY = 1.5  # channels-last vs channels-first families
+FUSED_PENALTY = 0.5
+DEVICE_PENALTY = 1.0  # a row measured on another GPU kind (used where this device has none closer)
+NEIGHBORS_PER_KERNEL = 3
+NEAREST_PROBLEMS = 6  # the family / global fallbacks average over these
+FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
+DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
+UNSEEN_KERNEL = math.log(1.3)  # a kernel no neighbour measured, its family measured
+UNSEEN_FAMILY = math.log(1.6)  # a family no neighbour measured
+
+
+def conv_class(params: Any) -> str:
+    """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""
+    if params.G > 1 and params.C == 1 and params.K == 1:
+        return "depthwise"
+    return "grouped" if params.G > 1 else "dense"
+
+
+def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of the implicit GEMM a pass runs per group (bwd data: per stride phase;
+    ``two_stage`` bwd weight folds the taps into N)."""
+    p = params
+    taps, phases = math.prod(p.filter), math.prod(p.stride)
+    if op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C, K = K*taps hit per phase
+        return p.G * phases, max(1, p.N * math.prod(p.input) // phases), p.C, max(1, p.K * taps // phases)
+    if algorithm == "two_stage":
+        return p.G, p.K, p.C * taps, p.N * math.prod(p.output)
+    return p.G * taps, p.K, p.C, p.N * math.prod(p.output)
+
+
+def features(op: str, params: Any) -> list[tuple[float, float]]:
+    """(weight, log2 value) pairs locating a problem for :func:`neighbor_distance`."""
+    w = FEATURE_WEIGHTS
+    _, m, n, k = gemm_shape(op, params)
+    return [(w["M"], math.log2(m)), (w["N"], math.log2(n)), (w["K"], math.log2(k)),
+            (w["taps"], math.log2(math.prod(params.filter))), (w["stride"], math.log2(math.prod(params.stride))),
+            (w["C"], math.log2(params.C)), (w["Kc"], math.log2(params.K)), (w["G"], math.log2(params.G))]
+
+
+def _feature_distance(fa: list[tuple[float, float]], fb: list[tuple[float, float]]) -> float:
+    return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(fa, fb)))
+
+
+def _dtype_relation(a: str, b: str) -> str:
+    if a == b:
+        return "same"
+    if any(a in s and b in s for s in SIBLING_DTYPES):
+        return "sibling"
+    size = {"fp16": 2, "bf16": 2, "fp16_fp8": 2, "bf16_fp32w": 2, "fp32": 4, "fp32_tf32": 4}
+    return "same_size" if size.get(a, 0) == size.get(b, -1) else "other"
+
+
+def _layout_family(layout: str) -> str:
+    """``cl`` for channels-last activations (..GC / GN..C), ``cf`` for channels-first (NGC..)."""
+    return "cl" if layout.split("/")[0].endswith("C") else "cf"
+
+
+def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
+                      q_layout: str = "", fused: str = "", q_fused: str = "") -> float:
+    """Distance between problems ``p`` and ``q`` of one pass: features plus the kind penalties."""
+    d = _feature_distance(features(op, p), features(op, q))
+    d += 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
+    d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
+    d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout) != _layout_family(q_layout) else 0.0
+    return d + (FUSED_PENALTY if fused != q_fused else 0.0)
+
+
+def signature(algorithm: str, cfg: Mapping[str, Any] | str) -> str:
+    """A kernel's identity across dtypes and layouts: its family and tile/pipeline parameters."""
+    if isinstance(cfg, str):  # the database's instance_params JSON
+        return _signature_of_json(algorithm, cfg)
+    return algorithm + ":" + ",".join(f"{k}={cfg[k]}" for k in sorted(cfg))
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature_of_json(algorithm: str, params_json: str) -> str:
+    return signature(algorithm, json.loads(params_json))
+
+
+# ----------------------------------------------------------------------------------------------
+# the analytic model
+# ----------------------------------------------------------------------------------------------
+def _compute_type(dtype: str) -> str:
+    return {"fp32_tf32": "tf32", "fp16_fp8": "fp8", "bf16_fp32w": "bf16"}.get(dtype, dtype)
+
+
+def _elem_bytes(dtype: str) -> int:
+    return 4 if dtype.startswith("fp32") else 2
+
+
+def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
+             sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
+    """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
+    the waves the tiles fill, the fewest bytes over memory bandwidth, the family's host floor)."""
+    sms = sms or DEFAULT_SMS
+    rbytes = 4 if dtype == "bf16_fp32w" else None
+    mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
+    if "block_m" in cfg and "block_n" in cfg:
+        batch, m, n, k = gemm_shape(op, params, algorithm)
+        bm, bn = int(cfg["block_m"]), int(cfg["block_n"])
+        tiles = batch * -(-m // bm) * -(-n // bn)
+        split = int(cfg.get("split_k", 1) or 0)
+        if split == 0:  # automatic: about three waves, at most MAX_SPLIT
+            split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
+        programs = tiles * split
+        fill = programs / (-(-programs // sms) * sms)
+        padded = 2.0 * tiles * bm * bn * k
+        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+        mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
+        if split > 1:  # fp32 partial slices written and read back once
+            mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
+    else:
+        compute_s = params.flops() / CUDA_CORE_FLOPS
+    return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# evidence: tuned problems and their measured kernels
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class _Tuned:
+    key: str
+    op: str
+    layout: str
+    dtype: str
+    fused: str
+    params: Any
+    feats: list[tuple[float, float]]
+    best_ms: float
+    corrections: dict[str, float] = field(default_factory=dict)  # signature -> log(measured / model)
+    algorithms: dict[str, str] = field(default_factory=dict)  # signature -> family
+    winner: str = ""  # the fastest ok instance's name
+    foreign: bool = False  # measured on another device kind
+
+
+@dataclass
+class Evidence:
+    """Tuned problems of one device (the rows lookup trusts), indexed for :func:`rank`."""
+
+    problems: list[_Tuned]
+    host_floor_ms: dict[tuple[str, str], float]  # (op, family) -> the fastest measured call
+    sms: int = DEFAULT_SMS
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]], sms: int = DEFAULT_SMS,
+                  foreign_rows: Iterable[Mapping[str, Any]] = ()) -> Evidence:
+        """From database rows (any status: ``pruned`` rows count with their one timed run,
+        ``failed``/``oom``/``compile_error`` as :data:`FAILED_FACTOR` times the problem's best).
+        ``foreign_rows``: rows of other device kinds, at :data:`DEVICE_PENALTY` extra distance."""
+        floors: dict[tuple[str, str], list[float]] = {}
+        problems = _tuned_problems(rows, False, floors)
+        foreign_floors: dict[tuple[str, str], list[float]] = {}
+        problems += _tuned_problems(foreign_rows, True, foreign_floors)
+        for k, v in foreign_floors.items():
+            if not any(op == k[0] for op, _ in floors):
+                floors[k] = v
+        floor = {k: _quantile(v, 0.02) for k, v in floors.items()}
+        ev = cls(problems, floor, sms)
+        for t in problems:  # log measured -> log(measured / model), the model with its host floor
+            for sig, log_ms in t.corrections.items():
+                alg = t.algorithms[sig]
+                t.corrections[sig] = log_ms - math.log(model_ms(t.op, t.params, t.dtype, alg, _cfg_of(sig), sms,
+                                                                ev.floor(t.op, alg)))
+        return ev
+
+    def floor(self, op: str, algorithm: str) -> float:
+        """The family's host floor; a family never measured gets the pass's lowest (one launch at least)."""
+        got = self.host_floor_ms.get((op, algorithm))
+        if got is None:
+            known = [v for (o, _), v in self.host_floor_ms.items() if o == op]
+            got = min(known) if known else 0.0
+        return got
+
+    def tuned_keys(self) -> set[str]:
+        return {t.key for t in self.problems}
+
+
+def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
+                    floors: dict[tuple[str, str], list[float]]) -> list[_Tuned]:
+    """One entry per (device, problem) with an ok row, holding log(ms) per kernel signature; adds the
+    ok times to ``floors`` per (op, family)."""
+    from ..problem import ConvParams
+    from .database import split_problem_key
+
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r.get("device", "")), r["problem_key"]), []).append(r)
+    out = []
+    for (_, key), group in groups.items():
+        op, layout, dtype, fused, pkey = split_problem_key(key)
+        ok = [r for r in group if r["status"] == "ok" and _finite(r.get("median_ms"))]
+        if not ok:
+            continue
+        params = ConvParams.from_key(pkey)
+        best = min(ok, key=lambda r: (float(r["median_ms"]), r["instance"]))
+        t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), float(best["median_ms"]),
+                   winner=best["instance"], foreign=foreign)
+        for r in group:
+            alg, sig = r["algorithm"], signature(r["algorithm"], r["instance_params"])
+            timed = r["status"] in ("ok", "pruned") and _finite(r.get("median_ms"))
+            ms = float(r["median_ms"]) if timed else FAILED_FACTOR * t.best_ms
+            if timed and r["status"] == "ok":
+                floors.setdefault((op, alg), []).append(ms)
+            t.algorithms[sig] = alg
+            t.corrections[sig] = max(t.corrections.get(sig, -math.inf), math.log(ms))
+        out.append(t)
+    return out
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v)) and float(v) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+@functools.lru_cache(maxsize=4096)
+def _cfg_of(sig: str) -> dict[str, Any]:
+    """The tile/pipeline parameters back from a :func:`signature` (ints where they were ints)."""
+    out: dict[str, Any] = {}
+    body = sig.split(":", 1)[1]
+    for part in body.split(",") if body else []:
+        k, v = part.split("=", 1)
+        out[k] = int(v) if v.lstrip("-").isdigit() else v
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# ranking
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Prediction:
+    name: str
+    algorithm: str
+    predicted_ms: float
+    model_ms: float
+    basis: str  # which evidence the correction came from
+
+
+@dataclass
+class Ranking:
+    predictions: list[Prediction]  # fastest predicted first
+    neighbors: list[tuple[float, str]]  # (distance, problem key) of the nearest tuned problems
+
+    @property
+    def best(self) -> Prediction:
+        return self.predictions[0]
+
+
+def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
+         candidates: Sequence[tuple[str, str, Mapping[str, Any]]], evidence: Evidence,
+         exclude: str | None = None) -> Ranking:
+    """Predicted time of each candidate ``(name, family, cfg)`` on the problem, fastest first
+    (ties: candidate order). ``exclude``: a problem key whose evidence is ignored (leave-one-out)."""
+    feats = features(op, params)
+    cls = conv_class(params)
+    near: list[tuple[float, _Tuned]] = []
+    for t in evidence.problems:
+        if t.op != op or t.key == exclude:
+            continue
+        d = _feature_distance(feats, t.feats) + (0.0 if conv_class(t.params) == cls else CLASS_PENALTY)
+        d += DTYPE_PENALTY[_dtype_relation(dtype, t.dtype)]
+        d += LAYOUT_PENALTY if _layout_family(layout) != _layout_family(t.layout) else 0.0
+        d += FUSED_PENALTY if fused != t.fused else 0.0
+        d += DEVICE_PENALTY if t.foreign else 0.0
+        near.append((d, t))
+    near.sort(key=lambda x: (x[0], x[1].key))
+    closest = near[:NEAREST_PROBLEMS]
+    fam_corr: dict[str, list[tuple[float, float]]] = {}
+    all_corr: list[tuple[float, float]] = []
+    for d, t in closest:
+        w = 1.0 / (0.25 + d)
+        for sig, c in t.corrections.items():
+            fam_corr.setdefault(t.algorithms[sig], []).append((w, c))
+            all_corr.append((w, c))
+
+    preds = []
+    for name, alg, cfg in candidates:
+        sig = signature(alg, cfg)
+        m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg))
+        seen = [(d, t) for d, t in near if sig in t.corrections][:NEIGHBORS_PER_KERNEL]
+        if seen:
+            ws = [(1.0 / (0.25 + d), t.corrections[sig]) for d, t in seen]
+            corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
+            basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
+        elif alg in fam_corr:
+            corr = _wmean(fam_corr[alg]) + UNSEEN_KERNEL
+            basis = f"model + its family's correction ({len(fam_corr[alg])} neighbour rows)"
+        elif all_corr:
+            corr = _wmean(all_corr) + UNSEEN_FAMILY
+            basis = "model + the neighbours' mean correction (family not measured nearby)"
+        else:
+            corr, basis = 0.0, "model only (no tuned problem of this pass)"
+        preds.append(Prediction(name, alg, m * math.exp(corr), m, basis))
+    order = sorted(range(len(preds)), key=lambda i: (preds[i].predicted_ms, i))
+    return Ranking([preds[i] for i in order], [(d, t.key) for d, t in closest])
+
+
+def _wmean(pairs: Sequence[tuple[float, float]]) -> float:
+    tw = sum(w for w, _ in pairs)
+    return sum(w * c for w, c in pairs) / tw

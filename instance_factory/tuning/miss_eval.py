@@ -1,0 +1,106 @@
+"""Leave-one-out check of the miss policy on measured rows: how close to the tuned best would the
+untuned default have been on each tuned problem, had that problem not been tuned?
+
+For every problem in the rows, the problem's own rows are hidden, :func:`cost_model.rank` ranks the
+instances that were measured on it (using only the other problems), and the choice is scored by the
+problem's measured times: ratio = best ms / chosen ms (1.0: the tuned best; a chosen instance that
+failed there scores 1 / FAILED_FACTOR). The previous policy (the winner of the nearest tuned problem
+by ``lookup.problem_distance``) is scored alongside. ``instance-factory db evaluate`` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .cost_model import FAILED_FACTOR, Evidence, conv_class, rank
+
+__all__ = ["leave_one_out", "summarize", "summary_markdown"]
+
+
+def _measured(r: Mapping[str, Any]) -> float | None:
+    try:
+        v = float(r["median_ms"])
+    except (TypeError, ValueError):
+        return None
+    return v if r["status"] in ("ok", "pruned") and math.isfinite(v) and v > 0 else None
+
+
+def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132) -> list[dict]:
+    """One result per problem with an ok row: key, op, class, dtype, chosen, ratio, baseline_ratio."""
+    from .database import split_problem_key
+    from .lookup import problem_distance
+
+    rows = list(rows)
+    ev = Evidence.from_rows(rows, sms=sms)
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault(r["problem_key"], []).append(r)
+    out = []
+    for t in ev.problems:
+        group = by_key[t.key]
+        times = {r["instance"]: _measured(r) for r in group}
+        cands = [(r["instance"], r["algorithm"], r["instance_params"]) for r in group]
+        ranking = rank(t.op, t.params, t.layout, t.dtype, t.fused, _parsed(cands), ev, exclude=t.key)
+        chosen = ranking.best.name
+        base = _baseline(t, ev, times, problem_distance)
+        op, layout, dtype, fused, _ = split_problem_key(t.key)
+        out.append({"problem_key": t.key, "op": op, "class": conv_class(t.params), "dtype": dtype,
+                    "best": t.winner, "best_ms": t.best_ms, "chosen": chosen,
+                    "chosen_ms": times.get(chosen), "ratio": _ratio(t.best_ms, times.get(chosen)),
+                    "predicted_ms": ranking.best.predicted_ms,
+                    "baseline": base, "baseline_ratio": _ratio(t.best_ms, times.get(base)) if base else None})
+    return out
+
+
+def _parsed(cands: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, dict]]:
+    return [(n, a, json.loads(p) if isinstance(p, str) else p) for n, a, p in cands]
+
+
+def _ratio(best: float, chosen: float | None) -> float:
+    return best / chosen if chosen else 1.0 / FAILED_FACTOR
+
+
+def _baseline(t: Any, ev: Evidence, times: Mapping[str, float | None], distance: Any) -> str | None:
+    """The old rule: the winner of the nearest other problem of the same kind that ran here."""
+    same = [q for q in ev.problems if q.key != t.key and (q.op, q.layout, q.dtype, q.fused) ==
+            (t.op, t.layout, t.dtype, t.fused)]
+    same.sort(key=lambda q: (distance(t.params, q.params), q.key))
+    for q in same:
+        # the same kernel under this problem's instance name (same dtype and layout: same name)
+        if q.winner in times:
+            return q.winner
+    return None
+
+
+def _geomean(xs: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Per (pass, class): problems, geomean and worst ratio of the policy and of the old one."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["op"], r["class"]), []).append(r)
+    groups[("all", "all")] = list(results)
+    out = []
+    for (op, cls), rs in sorted(groups.items()):
+        ratios = [r["ratio"] for r in rs]
+        base = [r["baseline_ratio"] for r in rs if r["baseline_ratio"] is not None]
+        out.append({"op": op, "class": cls, "problems": len(rs), "geomean": _geomean(ratios),
+                    "worst": min(ratios), "below_0.5": sum(x < 0.5 for x in ratios),
+                    "baseline_geomean": _geomean(base), "baseline_worst": min(base) if base else float("nan")})
+    return out
+
+
+def summary_markdown(results: Sequence[Mapping[str, Any]], title: str = "") -> str:
+    lines = [f"### {title}\n" if title else "",
+             "| pass | class | problems | untuned / tuned best (geomean) | worst | < 0.5x | old rule geomean "
+             "| old rule worst |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for s in summarize(results):
+        lines.append(f"| {s['op'].replace('conv_bwd_', '')} | {s['class']} | {s['problems']} | "
+                     f"{s['geomean']:.3f} | {s['worst']:.3f} | {s['below_0.5']} | {s['baseline_geomean']:.3f} | "
+                     f"{s['baseline_worst']:.3f} |")
+    return "\n".join(x for x in lines if x) + "\n"

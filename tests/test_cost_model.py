@@ -1,0 +1,99 @@
+"""The miss policy's cost model: features, the roofline, kernel signatures, and leave-one-out quality
+on the shipped database (what the untuned default would have served on each tuned problem)."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from instance_factory.problem import ConvParams
+from instance_factory.registry import get_registry
+from instance_factory.tuning import cost_model as C
+from instance_factory.tuning.database import read_db
+from instance_factory.tuning.miss_eval import leave_one_out, summarize, summary_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYOUT = "NHWGC/GKYXC/NHWGK"
+DENSE = ConvParams(2, 1, 32, 256, 256, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
+
+
+def test_conv_class_and_gemm_shape():
+    assert C.conv_class(DENSE) == "dense"
+    assert C.conv_class(ConvParams(2, 8, 2, 4, 4, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))) == "grouped"
+    assert C.conv_class(ConvParams(2, 8, 2, 1, 1, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))) == "depthwise"
+    assert C.gemm_shape("conv_bwd_data", DENSE) == (1, 32 * 28 * 28, 256, 256 * 9)
+    assert C.gemm_shape("conv_bwd_weight", DENSE) == (9, 256, 256, 32 * 28 * 28)
+    assert C.gemm_shape("conv_bwd_weight", DENSE, "two_stage") == (1, 256, 256 * 9, 32 * 28 * 28)
+    s2 = ConvParams(2, 1, 2, 8, 8, (3, 3), (8, 8), (2, 2), (1, 1), (1, 1), (1, 1))
+    assert C.gemm_shape("conv_bwd_data", s2) == (4, 2 * 16, 8, 8 * 9 // 4)  # per stride phase
+
+
+def test_signature_is_the_kernel_not_its_dtype_or_layout():
+    reg = get_registry()
+    fp16, _ = reg.candidates("conv_bwd_weight", DENSE, LAYOUT, "fp16", "passthrough")
+    bf16, _ = reg.candidates("conv_bwd_weight", DENSE, LAYOUT, "bf16", "passthrough")
+    sig16 = {C.signature(i.algorithm, i.cfg) for i in fp16}
+    assert sig16 == {C.signature(i.algorithm, i.cfg) for i in bf16}
+    from instance_factory.tuning.database import instance_params_json
+
+    i = fp16[0]
+    assert C.signature(i.algorithm, instance_params_json(i.cfg)) == C.signature(i.algorithm, i.cfg)
+
+
+def test_model_scales_with_work_and_charges_tile_padding():
+    cfg = {"block_m": 128, "block_n": 128, "block_k": 32, "split_k": 1}
+    big = ConvParams(2, 1, 128, 256, 256, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    t_small = C.model_ms("conv_bwd_data", DENSE, "bf16", "igemm", cfg)
+    t_big = C.model_ms("conv_bwd_data", big, "bf16", "igemm", cfg)
+    assert 10 < t_big / t_small < 20  # 16x the work
+    assert C.model_ms("conv_bwd_data", DENSE, "fp32", "igemm", cfg) > 5 * t_small  # no tensor cores
+    dw = ConvParams(2, 256, 32, 1, 1, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
+    tiled = C.model_ms("conv_bwd_weight", dw, "bf16", "igemm", {"block_m": 64, "block_n": 64, "split_k": 1})
+    direct = C.model_ms("conv_bwd_weight", dw, "bf16", "direct", {"block_ch": 64})
+    assert tiled > 10 * direct
+    assert C.model_ms("conv_bwd_data", DENSE, "bf16", "igemm", cfg, host_floor_ms=5.0) == 5.0
+
+
+def test_nearer_problems_and_same_kind_are_closer():
+    near = ConvParams(2, 1, 32, 256, 256, (3, 3), (32, 32), (1, 1), (1, 1), (1, 1), (1, 1))
+    far = ConvParams(2, 1, 32, 64, 64, (1, 1), (7, 7), (1, 1), (1, 1), (0, 0), (0, 0))
+    d = C.neighbor_distance
+    assert d("conv_bwd_data", DENSE, DENSE) == 0.0
+    assert d("conv_bwd_data", DENSE, near) < d("conv_bwd_data", DENSE, far)
+    kw = dict(layout=LAYOUT, q_layout=LAYOUT, fused="passthrough", q_fused="passthrough")
+    same = d("conv_bwd_data", DENSE, near, dtype="fp16", q_dtype="fp16", **kw)
+    sib = d("conv_bwd_data", DENSE, near, dtype="fp16", q_dtype="bf16", **kw)
+    other = d("conv_bwd_data", DENSE, near, dtype="fp16", q_dtype="fp32", **kw)
+    assert same < sib < other
+
+
+def test_rank_excludes_a_problem_and_orders_by_prediction():
+    rows = read_db(ROOT / "tuning_db" / "nvidia-h200.csv")
+    key = rows["problem_key"].iloc[0]
+    ev = C.Evidence.from_rows(rows.to_dict("records"))
+    t = next(p for p in ev.problems if p.key == key)
+    mine = rows[rows["problem_key"] == key]
+    cands = [(r.instance, r.algorithm, __import__("json").loads(r.instance_params)) for r in mine.itertuples()]
+    r = C.rank(t.op, t.params, t.layout, t.dtype, t.fused, cands, ev, exclude=key)
+    assert key not in [k for _, k in r.neighbors] and len(r.predictions) == len(cands)
+    times = [p.predicted_ms for p in r.predictions]
+    assert times == sorted(times) and all(math.isfinite(x) and x > 0 for x in times)
+
+
+@pytest.fixture(scope="module")
+def loo():
+    rows = read_db(ROOT / "tuning_db" / "nvidia-h200.csv").to_dict("records")
+    return leave_one_out(rows)
+
+
+def test_leave_one_out_on_the_shipped_database_is_near_the_tuned_best(loo):
+    """Hide each tuned problem in turn: the cost model's pick must be close to its measured best, and
+    better than the previous rule (the nearest tuned problem's winner)."""
+    s = {(x["op"], x["class"]): x for x in summarize(loo)}
+    overall = s[("all", "all")]
+    assert overall["problems"] >= 100
+    assert overall["geomean"] >= 0.85, summary_markdown(loo)
+    assert overall["geomean"] > overall["baseline_geomean"], summary_markdown(loo)
+    assert overall["below_0.5"] <= 0.02 * overall["problems"], summary_markdown(loo)
+    for op in ("conv_bwd_data", "conv_bwd_weight"):
+        assert s[(op, "dense")]["geomean"] >= 0.8, summary_markdown(loo)
