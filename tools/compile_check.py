@@ -132,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             _Recorder.calls = []
             saved = fast_launch.BoundKernel
             try:
-                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.direct_grouped"}:
+                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.common"}:
                     sys.modules[mod].BoundKernel = _Recorder
                 inst.alg.bind(args)(args.a, args.b, args.out, args.ds, 1.0, 1.0)
             finally:
-                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.direct_grouped"}:
+                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.common"}:
                     sys.modules[mod].BoundKernel = saved
             for fn, call_args, constexprs in _Recorder.calls:
                 try:

@@ -70,30 +70,25 @@ from ..epilogue import MAX_DS, FusedOp, apply_epilogue, epilogue_args, user_fn_o
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .host import is_pow2, sm_count
+from .bwd_weight_igemm_plan import (
+    FAMILIES,
+    MIN_ITERS_PER_SPLIT,
+    PARAM_NAMES,
+    SMEM_LIMIT,
+    SPECS,
+    check_config,
+    check_family_config,
+    choose_split_k,
+    fp8_reason,
+    smem_bytes,
+    tiles_of,
+)
+from .host import sm_count
 
-__all__ = [
-    "FAMILIES",
-    "PARAM_NAMES",
-    "SPECS",
-    "bind",
-    "check_config",
-    "choose_split_k",
-    "chunk_iters",
-    "decline",
-    "sm_count",
-]
+__all__ = ["FAMILIES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "bind", "check_config",
+           "choose_split_k", "chunk_iters", "decline", "sm_count"]
 
 OP_NAME = "conv_bwd_weight"
-PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "spec")
-SPECS = ("default", "1x1s1p0")
-FAMILIES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
-
-SMEM_LIMIT = 227 * 1024  # Hopper's per-block shared memory (bytes)
-MAX_ACC_REGS = 256  # fp32 accumulator registers per thread beyond which a tile cannot fit
-MIN_ITERS_PER_SPLIT = 4  # auto split keeps at least this many block_k iterations per split
-MAX_AUTO_SPLIT = 64
-WORKSPACE_CAP_BYTES = 2 << 30  # auto split keeps the fp32 slices of reduce modes under this
 FINALIZE_BLOCK = 1024
 # Blocked summation of the reduction: an inner fp32 accumulator sums at most this many reduction
 # elements (CHUNK_ELEMS // block_k iterations of the pipelined MMA loop) before it is folded into the
@@ -334,83 +329,9 @@ def _bwd_weight_finalize_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def _smem_bytes(cfg: dict, elem_bytes: int) -> int:
-    """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
-    stages = max(1, int(cfg["num_stages"]))
-    return stages * (cfg["block_m"] + cfg["block_n"]) * cfg["block_k"] * elem_bytes
-
-
-def _check_config(family: str, cfg: dict) -> str | None:
-    missing = [p for p in PARAM_NAMES if p not in cfg]
-    if missing:
-        return f"config lacks {', '.join(missing)}"
-    for name in ("block_m", "block_n", "block_k"):
-        v = cfg[name]
-        if not is_pow2(v):
-            return f"{name}={v!r} must be a power of two"
-        if v < 16:
-            return f"{name}={v} is below 16, the smallest tl.dot tile"
-        if v > 256:
-            return f"{name}={v} is above 256"
-    gm = cfg["group_m"]
-    if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-        return f"group_m={gm!r} must be a positive int"
-    nw = cfg["num_warps"]
-    if nw not in (1, 2, 4, 8, 16):
-        return f"num_warps={nw!r} must be one of 1, 2, 4, 8, 16"
-    ns = cfg["num_stages"]
-    if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
-        return f"num_stages={ns!r} must be an int in 1..8"
-    sk = cfg["split_k"]
-    if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-        return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
-    if family == "igemm" and sk != 1:
-        return f"igemm has no split-K: split_k must be 1, got {sk}"
-    if cfg["spec"] not in SPECS:
-        return f"spec={cfg['spec']!r} must be one of {', '.join(SPECS)}"
-    smem = _smem_bytes(cfg, 2)
-    if smem > SMEM_LIMIT:
-        return (f"operand tiles need {smem // 1024} KiB of shared memory even at 2 bytes/element "
-                f"(limit {SMEM_LIMIT // 1024} KiB)")
-    regs = cfg["block_m"] * cfg["block_n"] // (32 * nw)
-    if regs > MAX_ACC_REGS:
-        return (f"a {cfg['block_m']}x{cfg['block_n']} fp32 accumulator over {nw} warps needs {regs} "
-                f"registers per thread (limit {MAX_ACC_REGS})")
-    return None
-
-
-def check_config(cfg: dict, family: str = "splitk_reduce") -> str | None:
-    """None, or why ``cfg`` is an impossible instance of ``family``."""
-    if family not in FAMILIES:
-        return f"unknown bwd-weight igemm family {family!r}"
-    return _check_config(family, cfg)
-
-
-def _cuda_cc(device: torch.device | None = None) -> tuple[int, int] | None:
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_capability(device)
-
-
-def _fp8_reason(device: torch.device | None = None) -> str | None:
-    if interpreting():
-        if _FP8_IN_INTERPRETER:
-            return None
-        return ("fp8 compute needs an sm_89+ GPU: the Triton interpreter (TRITON_INTERPRET=1) has "
-                "no fp8 tensor cores")
-    if device is not None and device.type != "cuda":
-        return f"fp8 compute needs an sm_89+ GPU, tensors are on {device}"
-    cc = _cuda_cc(device)
-    if cc is None:
-        return "fp8 compute needs an sm_89+ GPU, and no CUDA GPU is available"
-    if cc < (8, 9):
-        return f"fp8 compute needs an sm_89+ GPU, this one is sm_{cc[0]}{cc[1]}"
-    return None
-
-
 def _decline(family: str, cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:
-    bad = _check_config(family, cfg)
+    bad = check_family_config(family, cfg)
     if bad is not None:
         return bad
     if layout.ndim != params.ndim:
@@ -419,13 +340,13 @@ def _decline(family: str, cfg: dict, params: ConvParams, layout: LayoutTriple, d
         return ("spec 1x1s1p0 needs a 1x1 filter, stride 1 and no padding; the problem has filter "
                 f"{params.filter}, stride {params.stride}, pads {params.left_pad}/{params.right_pad}")
     if dtype.compute == "fp8":
-        why = _fp8_reason()
+        why = fp8_reason(allow_interpreter=_FP8_IN_INTERPRETER)
         if why is not None:
             return why
         if cfg["block_k"] < 32:
             return f"fp8 tl.dot needs block_k >= 32, got {cfg['block_k']}"
     elem = 4 if dtype.data.itemsize >= 4 else 2
-    smem = _smem_bytes(cfg, elem)
+    smem = smem_bytes(cfg, elem)
     if smem > SMEM_LIMIT:
         return (f"{dtype.name} operand tiles need {smem // 1024} KiB of shared memory "
                 f"(limit {SMEM_LIMIT // 1024} KiB)")
@@ -438,32 +359,6 @@ def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType
             family: str = "splitk_reduce") -> str | None:
     """None when an instance of ``family`` with ``cfg`` can run the problem, else why not."""
     return _decline(family, cfg, params, layout, dtype, fused)
-
-
-def _tiles(params: ConvParams, cfg: dict, flat_taps: bool) -> int:
-    taps = math.prod(params.filter)
-    m_tiles = triton.cdiv(params.K, cfg["block_m"])
-    if flat_taps:
-        return params.G * m_tiles * triton.cdiv(params.C * taps, cfg["block_n"])
-    return params.G * taps * m_tiles * triton.cdiv(params.C, cfg["block_n"])
-
-
-def choose_split_k(params: ConvParams, cfg: dict, sm_count: int, family: str = "splitk_reduce") -> int:
-    """Automatic split factor: programs (tiles * split) ~ 3 waves of ``sm_count``, never fewer than
-    MIN_ITERS_PER_SPLIT block_k iterations per split, and the fp32 slices of the deterministic modes
-    within WORKSPACE_CAP_BYTES. Returns 1 for igemm or when the tiles alone fill two waves."""
-    if family == "igemm":
-        return 1
-    flat = family == "two_stage" and cfg.get("spec", "default") != "1x1s1p0"
-    tiles = _tiles(params, cfg, flat)
-    iters = triton.cdiv(params.N * math.prod(params.output), cfg["block_k"])
-    if tiles >= 2 * sm_count:
-        return 1
-    split = triton.cdiv(3 * sm_count, tiles)
-    split = min(split, max(1, iters // MIN_ITERS_PER_SPLIT), MAX_AUTO_SPLIT)
-    if family in ("splitk_reduce", "two_stage"):
-        split = min(split, max(1, WORKSPACE_CAP_BYTES // (4 * params.numel("weight"))))
-    return max(1, split)
 
 
 def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
@@ -500,7 +395,7 @@ def bind(args: RunArgs, family: str = "splitk_reduce") -> Runner:
     P = math.prod(p.output)
     total_iters = triton.cdiv(R, cfg["block_k"])
     iters_per_split = triton.cdiv(total_iters, split)
-    tiles = _tiles(p, cfg, flat_taps)
+    tiles = tiles_of(p, cfg, flat_taps)
     grid = (tiles * split,)
 
     flat_r = False
@@ -580,7 +475,7 @@ _DESCRIPTIONS = {
 
 def _make(family: str) -> Algorithm:
     def _check(cfg: dict) -> str | None:
-        return _check_config(family, cfg)
+        return check_family_config(family, cfg)
 
     def _dec(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:

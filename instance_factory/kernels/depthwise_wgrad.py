@@ -33,10 +33,10 @@ from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .direct_grouped import (
-    _MAX_GRID_YZ,
-    _MAX_SPLIT,
-    _WEIGHT_DTYPES,
+from .common import (
+    MAX_GRID_YZ,
+    MAX_SPLIT,
+    WEIGHT_DTYPES,
     _dw_finalize_kernel,
     check_common,
     finalize_launcher,
@@ -135,7 +135,7 @@ def auto_split(params: ConvParams, block_w: int, block_ch: int, sms: int) -> int
     base = triton.cdiv(params.G, block_ch) * filter_rows
     R = params.N * math.prod(params.output[:-1])
     want = triton.cdiv(16 * sms, base)
-    return int(max(1, min(want, R // 4, _MAX_SPLIT)))
+    return int(max(1, min(want, R // 4, MAX_SPLIT)))
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -171,8 +171,8 @@ def check_config(cfg: dict) -> str | None:
 def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
     if dtype.name == "fp16_fp8":
         return "the depthwise kernel computes in fp32 FMA; it has no fp8 compute (fp16_fp8)"
-    if dtype.name not in _WEIGHT_DTYPES:
-        return f"depthwise conv_bwd_weight takes the dtypes {', '.join(_WEIGHT_DTYPES)}, not {dtype.name}"
+    if dtype.name not in WEIGHT_DTYPES:
+        return f"depthwise conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
     if p.C != 1 or p.K != 1:
         return f"depthwise kernel serves C = K = 1 per group; this problem has C={p.C}, K={p.K}"
     tile = _block_x(p) * cfg["block_w"] * cfg["block_ch"]
@@ -180,8 +180,8 @@ def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fus
         return (f"a filter row of {p.filter[-1]} taps (padded to {_block_x(p)}) x block_w={cfg['block_w']} x "
                 f"block_ch={cfg['block_ch']} needs more than {_MAX_ACC_PER_THREAD} fp32 accumulators per "
                 f"thread with num_warps={cfg['num_warps']}")
-    if triton.cdiv(p.G, cfg["block_ch"]) > _MAX_GRID_YZ:
-        return f"G={p.G} needs more than {_MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
+    if triton.cdiv(p.G, cfg["block_ch"]) > MAX_GRID_YZ:
+        return f"G={p.G} needs more than {MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
     return None
 
 

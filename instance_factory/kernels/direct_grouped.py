@@ -18,10 +18,8 @@ conv_bwd_weight ("direct"): dw[g,k,tap,c] = sum over (n, out pos) dy[n,o,g,k] * 
     * few-channel groups (K*C > 1, ``_dw_grouped_kernel``): BLOCK_CH // (K*C) whole groups; dy is
       read as [BLOCK_P, groups, K] and each tap's x as [BLOCK_P, groups, C] (each element once, the
       k / c runs contiguous), and their per-group outer product [BLOCK_P, groups, K, C] is reduced.
-    split == 1 applies the fused epilogue and stores the result in the same kernel; split > 1 writes
-    fp32 partials to a workspace [split, taps, G*K*C] (every chunk writes its slot: nothing to zero)
-    and a second kernel sums them in a fixed order (deterministic), applies the epilogue and stores
-    in the result dtype.
+    split == 1 applies the fused epilogue and stores; split > 1 writes fp32 partials that the
+    deterministic reduce of ``common.py`` sums, applies the epilogue to and converts.
 
 conv_bwd_data ("direct"): dx[n,i,g,c] = sum over k, taps with integer in-range ho: dy[n,ho,g,k]*w[g,k,tap,c].
     The vector axes are (BLOCK_P input positions) x (BLOCK_CH of the flattened (g, c) axis). The
@@ -44,78 +42,35 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .host import INT32_LIMIT, is_pow2, sm_count
+from .common import (
+    MAX_GRID_YZ,
+    MAX_SPLIT,
+    WEIGHT_DTYPES,
+    _dw_finalize_kernel,
+    _reduction_chunk,
+    _split_position,
+    _tap_input,
+    _tap_of,
+    check_common,
+    finalize_launcher,
+    num_phases,
+    require_contiguous,
+    split_chunks,
+    split_runner,
+)
+from .host import INT32_LIMIT, sm_count
 
-__all__ = [
-    "ALGORITHM_BWD_DATA",
-    "ALGORITHM_BWD_WEIGHT",
-    "MAX_CHANNELS_PER_GROUP",
-    "auto_split",
-    "check_config_bwd_data",
-    "check_config_bwd_weight",
-    "decline_bwd_data",
-    "decline_bwd_weight",
-    "bind_bwd_data",
-    "bind_bwd_weight",
-]
+__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "auto_split",
+           "check_config_bwd_data", "check_config_bwd_weight", "decline_bwd_data", "decline_bwd_weight",
+           "bind_bwd_data", "bind_bwd_weight"]
 
 MAX_CHANNELS_PER_GROUP = 8
-_NUM_WARPS = (1, 2, 4, 8)
-_MAX_GRID_YZ = 65535
-_MAX_SPLIT = 4096
 _DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
-_WEIGHT_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")
-_FINALIZE_BLOCK = 32  # elements per reduce program: many programs, BLOCK_S splits each step
 
 
 # ------------------------------------------------------------------------------------------------
 # conv_bwd_weight
 # ------------------------------------------------------------------------------------------------
-@triton.jit
-def _reduction_chunk(pid_s, chunk, P, BLOCK_P: tl.constexpr, USE_INT64: tl.constexpr):
-    """This program's slice [p_start, p_end) of the flattened (n, od, oh, ow) reduction, its split
-    index and the in-tile position offsets."""
-    sid = pid_s
-    if USE_INT64:
-        sid = sid.to(tl.int64)
-    p_start = sid * chunk
-    p_end = tl.minimum(p_start + chunk, P)
-    prow = tl.arange(0, BLOCK_P)
-    if USE_INT64:
-        prow = prow.to(tl.int64)
-    return sid, p_start, p_end, prow
-
-
-@triton.jit
-def _split_position(p, Do, Ho, Wo):
-    """Flattened output position -> (n, od, oh, ow)."""
-    ow = p % Wo
-    q = p // Wo
-    oh = q % Ho
-    q = q // Ho
-    od = q % Do
-    return q // Do, od, oh, ow
-
-
-@triton.jit
-def _tap_of(t, FY, FX):
-    """Flat tap index -> (z, y, x)."""
-    return t // (FY * FX), (t // FX) % FY, t % FX
-
-
-@triton.jit
-def _tap_input(t, b_d, b_h, b_w, pm, FY, FX, TAPS, dil_d, dil_h, dil_w, Di, Hi, Wi, xs_d, xs_h, xs_w):
-    """For tap t: which positions read an in-range input element, and the tap's input offset."""
-    tz, ty, tx = _tap_of(t, FY, FX)
-    i_d = b_d + tz * dil_d
-    i_h = b_h + ty * dil_h
-    i_w = b_w + tx * dil_w
-    # t < TAPS folded into an integer limit (a scalar-bool & vector-bool mask mistypes in the interpreter)
-    lim_w = tl.where(t < TAPS, Wi, 0)
-    xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
-    return xm, tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
-
-
 @triton.jit
 def _dw_direct_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
@@ -277,84 +232,6 @@ def _dw_grouped_kernel(
         tl.store(ws_ptr + offs, acc, mask=mask)
 
 
-@triton.jit
-def _dw_finalize_kernel(
-    ws_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
-    alpha, beta,
-    total, split, GKC, KC, C, FY, FX,
-    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
-    BLOCK: tl.constexpr, BLOCK_S: tl.constexpr, USE_INT64: tl.constexpr,
-    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
-):
-    """Sum the fp32 partials over the splits, BLOCK_S splits per step (a loop of one load per split
-    is latency bound: 256 splits took 45 us), in a fixed order (deterministic); apply the epilogue,
-    store."""
-    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    if USE_INT64:
-        e = e.to(tl.int64)
-    mask = e < total
-    srow = tl.arange(0, BLOCK_S)
-    if USE_INT64:
-        srow = srow.to(tl.int64)
-    acc = tl.zeros((BLOCK_S, BLOCK), dtype=tl.float32)
-    for s0 in range(0, split, BLOCK_S):
-        sp = s0 + srow
-        acc += tl.load(ws_ptr + (sp * total)[:, None] + e[None, :], mask=(sp < split)[:, None] & mask[None, :],
-                       other=0.0)
-    res = tl.sum(acc, axis=0)
-    t = e // GKC
-    j = e % GKC
-    g = j // KC
-    kc = j % KC
-    k = kc // C
-    c = kc % C
-    tz, ty, tx = _tap_of(t, FY, FX)
-    offs = g * ws_g + k * ws_k + c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x
-    res = apply_epilogue(res, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                         OP, NUM_DS, USER_FN)
-    tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def finalize_launcher(split: int, total: int, use_int64: bool, epi: dict) -> BoundKernel:
-    """The split reduce for ``split`` fp32 partial slices of ``total`` elements each."""
-    block_s = min(64, triton.next_power_of_2(split))
-    return BoundKernel(_dw_finalize_kernel, (triton.cdiv(total, _FINALIZE_BLOCK),), BLOCK=_FINALIZE_BLOCK,
-                       BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= INT32_LIMIT, num_warps=4, **epi)
-
-
-def require_contiguous(args: RunArgs, family: str) -> None:
-    """The direct kernels index their operands through flat strides of contiguous tensors."""
-    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
-                    *(("a D", d) for d in args.ds)):
-        if not t.is_contiguous():
-            raise ValueError(f"{family} conv_bwd_weight needs a contiguous {name} tensor")
-
-
-def split_chunks(split: int, length: int) -> tuple[int, int]:
-    """(splits, chunk) for a reduction of ``length`` in at most ``split`` chunks: clamped to
-    [1, min(length, _MAX_SPLIT)], and no empty trailing chunk."""
-    split = max(1, min(split, length, _MAX_SPLIT))
-    chunk = triton.cdiv(length, split)
-    return triton.cdiv(length, chunk), chunk
-
-
-def split_runner(main: BoundKernel, finalize: BoundKernel | None, sizes: tuple, fin_sizes: tuple,
-                 ws_numel: int) -> Runner:
-    """The runner of a split reduction: one launch with the epilogue (``finalize`` None), else the
-    main kernel into an fp32 workspace of ``ws_numel`` and the fixed-order reduce."""
-
-    def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        d = epilogue_args(ds, out)
-        if finalize is None:
-            main(x, dy, out, out, *d, alpha, beta, *sizes)
-            return
-        ws = torch.empty(ws_numel, dtype=torch.float32, device=out.device)
-        main(x, dy, out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, *fin_sizes)
-
-    return run
-
-
 def _taps_per_program(taps: int, block_ch: int, num_warps: int) -> int:
     """Taps per program (unrolled in the kernel): all of them unless the [taps x channels] fp32
     accumulator would exceed 32 registers per thread, or more than 16 taps would be unrolled; then
@@ -381,7 +258,7 @@ def auto_split(params: ConvParams, block_p: int, block_ch: int, num_warps: int, 
     min_chunk = max(2 * block_p,
                     math.ceil(64 * taps * params.K * params.C / ((params.C + params.K) * elem_bytes)))
     want = triton.cdiv(16 * sms, base)  # ~16 programs per SM: a memory-bound loop needs the warps
-    return int(max(1, min(want, P // min_chunk, _MAX_SPLIT)))
+    return int(max(1, min(want, P // min_chunk, MAX_SPLIT)))
 
 
 def bind_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -517,15 +394,6 @@ def _dx_direct_kernel(
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _phase_counts(geo) -> tuple[int, int, int]:
-    return tuple(triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))  # type: ignore[return-value]
-
-
-def _num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    """Stride phases that hold input positions: min(stride, in) per dim."""
-    return math.prod(min(s, i) for s, i in zip(strides, input_lens))
-
-
 def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
@@ -534,11 +402,11 @@ def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
                     *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
             raise ValueError(f"direct conv_bwd_data needs a contiguous {name} tensor")
-    md, mh, mw = _phase_counts(geo)
+    md, mh, mw = (triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))
     n_pos = geo.N * md * mh * mw
     gc = geo.G * geo.C
     use_int64 = force_int64 or geo.needs_int64 or n_pos + block_p >= INT32_LIMIT
-    grid = (triton.cdiv(n_pos, block_p), triton.cdiv(gc, block_ch), _num_phases(geo.in3, geo.stride3))
+    grid = (triton.cdiv(n_pos, block_p), triton.cdiv(gc, block_ch), num_phases(geo.in3, geo.stride3))
     kernel = BoundKernel(
         _dx_direct_kernel, grid,
         K=geo.K, BLOCK_P=block_p, BLOCK_CH=block_ch, USE_INT64=use_int64,
@@ -557,23 +425,6 @@ def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
 # ------------------------------------------------------------------------------------------------
 # configs and declines
 # ------------------------------------------------------------------------------------------------
-def check_common(cfg: dict, names: tuple[str, ...], family: str, pow2_blocks: tuple[str, ...]) -> str | None:
-    """The checks every direct-style family shares: all parameters present, num_warps, the named
-    block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
-    missing = [n for n in names if n not in cfg]
-    if missing:
-        return f"config lacks {', '.join(missing)} ({family} takes {', '.join(names)})"
-    if cfg["num_warps"] not in _NUM_WARPS:
-        return f"num_warps={cfg['num_warps']!r} is not one of {_NUM_WARPS}"
-    for name in pow2_blocks:
-        if not is_pow2(cfg[name]) or cfg[name] > 1024:
-            return f"{name}={cfg[name]!r} must be a power of two from 1 to 1024"
-    split = cfg.get("split", 0)
-    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= _MAX_SPLIT:
-        return f"split={split!r} must be an int from 0 (auto) to {_MAX_SPLIT}"
-    return None
-
-
 def _check_config(cfg: dict, names: tuple[str, ...], what: str) -> str | None:
     reason = check_common(cfg, names, "direct", ("block_ch", "block_p"))
     if reason:
@@ -608,23 +459,23 @@ def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: Data
     reason = _decline_common(p, dtype, _DATA_DTYPES, "conv_bwd_data")
     if reason:
         return reason
-    if triton.cdiv(p.G * p.C, cfg["block_ch"]) > _MAX_GRID_YZ:
-        return f"G*C={p.G * p.C} needs more than {_MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
-    phases = _num_phases(p.input, p.stride)
-    if phases > _MAX_GRID_YZ:
-        return f"{phases} stride phases exceed the grid's {_MAX_GRID_YZ}"
+    if triton.cdiv(p.G * p.C, cfg["block_ch"]) > MAX_GRID_YZ:
+        return f"G*C={p.G * p.C} needs more than {MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
+    phases = num_phases(p.input, p.stride)
+    if phases > MAX_GRID_YZ:
+        return f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}"
     return None
 
 
 def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                        fused: FusedOp) -> str | None:
-    reason = _decline_common(p, dtype, _WEIGHT_DTYPES, "conv_bwd_weight")
+    reason = _decline_common(p, dtype, WEIGHT_DTYPES, "conv_bwd_weight")
     if reason:
         return reason
     taps = math.prod(p.filter)
     nt = _taps_per_program(taps, cfg["block_ch"], cfg["num_warps"])
-    if triton.cdiv(taps, nt) > _MAX_GRID_YZ:
-        return (f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {nt} "
+    if triton.cdiv(taps, nt) > MAX_GRID_YZ:
+        return (f"the filter has {taps} taps: more than {MAX_GRID_YZ} tap blocks of {nt} "
                 f"(block_ch={cfg['block_ch']}, num_warps={cfg['num_warps']})")
     return None
 

@@ -37,16 +37,17 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .direct_grouped import (
-    _MAX_GRID_YZ,
-    _MAX_SPLIT,
+from .common import (
+    MAX_GRID_YZ,
+    MAX_SPLIT,
+    WEIGHT_DTYPES,
     _dw_finalize_kernel,
-    _num_phases,
     _reduction_chunk,
     _split_position,
     _tap_of,
     check_common,
     finalize_launcher,
+    num_phases,
     require_contiguous,
     split_chunks,
     split_runner,
@@ -60,7 +61,6 @@ _MIN_DOT = 16  # tl.dot's smallest tile side
 _MAX_ROWS = 128  # BLOCK_K: the rows (g, k) of a tile
 _MAX_TAPS_PER_PROGRAM = 16  # the per-position tap bit mask is an int32
 _DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
-_WEIGHT_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")
 
 
 def tile_groups(K: int, C: int, block_n: int) -> tuple[int, int, int]:
@@ -208,7 +208,7 @@ def bind_bwd_data(args: RunArgs) -> Runner:
     n_pos = geo.N * md * mh * mw
     use_int64 = geo.needs_int64 or n_pos + bm >= INT32_LIMIT
     upcast, precision = _precision(args)
-    grid = (triton.cdiv(n_pos, bm), triton.cdiv(geo.G, gpt), _num_phases(geo.in3, geo.stride3))
+    grid = (triton.cdiv(n_pos, bm), triton.cdiv(geo.G, gpt), num_phases(geo.in3, geo.stride3))
     kernel = BoundKernel(
         _bd_dgrad_kernel, grid,
         K=geo.K, C=geo.C, GPT=gpt, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
@@ -337,7 +337,7 @@ def auto_split(params: ConvParams, base_programs: int, block_p: int, sms: int) -
     """Reduction chunks: ~8 programs per SM, each chunk at least 4 position tiles long."""
     P = params.N * math.prod(params.output)
     want = triton.cdiv(8 * sms, base_programs)
-    return int(max(1, min(want, P // (4 * block_p), _MAX_SPLIT)))
+    return int(max(1, min(want, P // (4 * block_p), MAX_SPLIT)))
 
 
 def bind_bwd_weight(args: RunArgs) -> Runner:
@@ -409,16 +409,16 @@ def _decline_common(cfg: dict, p: ConvParams, dtype: DataType, allowed: tuple[st
     if p.C > cfg["block_n"]:
         return f"C={p.C} per group is wider than block_n={cfg['block_n']}: one group must fit a tile"
     gpt, _, _ = tile_groups(p.K, p.C, cfg["block_n"])
-    if triton.cdiv(p.G, gpt) > _MAX_GRID_YZ:
-        return f"G={p.G} needs more than {_MAX_GRID_YZ} group blocks of {gpt}"
+    if triton.cdiv(p.G, gpt) > MAX_GRID_YZ:
+        return f"G={p.G} needs more than {MAX_GRID_YZ} group blocks of {gpt}"
     return None
 
 
 def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                      fused: FusedOp) -> str | None:
-    phases = _num_phases(p.input, p.stride)
+    phases = num_phases(p.input, p.stride)
     return _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data") or (
-        f"{phases} stride phases exceed the grid's {_MAX_GRID_YZ}" if phases > _MAX_GRID_YZ else None)
+        f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}" if phases > MAX_GRID_YZ else None)
 
 
 def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -426,9 +426,9 @@ def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: Da
     _, bn, bk = tile_groups(p.K, p.C, cfg["block_n"])
     taps = math.prod(p.filter)
     nt = _taps_per_program(taps, bk, bn, cfg["num_warps"])
-    return _decline_common(cfg, p, dtype, _WEIGHT_DTYPES, "conv_bwd_weight") or (
-        f"the filter has {taps} taps: more than {_MAX_GRID_YZ} tap blocks of {nt}"
-        if triton.cdiv(taps, nt) > _MAX_GRID_YZ else None)
+    return _decline_common(cfg, p, dtype, WEIGHT_DTYPES, "conv_bwd_weight") or (
+        f"the filter has {taps} taps: more than {MAX_GRID_YZ} tap blocks of {nt}"
+        if triton.cdiv(taps, nt) > MAX_GRID_YZ else None)
 
 
 _DATA_PARAMS = ("block_m", "block_n", "num_warps")

@@ -1,0 +1,188 @@
+"""Kernel code and host helpers that several families share.
+
+Device side (``@triton.jit``): the split-chunk walk of a flattened (n, od, oh, ow) reduction, the
+position and tap decompositions, the per-tap input bounds, and the deterministic split reduce
+kernel (fp32 partials [split, taps, G*K*C] summed in a fixed order, epilogue, convert). Their names
+are part of the kernel identity of every family that calls them (kernel_identity.py): renaming one
+changes those families' kernel hashes, moving one between modules does not.
+
+Host side: the reduce's launcher and the split runner, split clamping, the contiguity check and
+the config checks of the direct-style families (direct, depthwise, blockdiag).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import RunArgs, Runner
+from ..epilogue import apply_epilogue, epilogue_args
+from ..fast_launch import BoundKernel
+from .host import INT32_LIMIT, is_pow2
+
+__all__ = [
+    "MAX_GRID_YZ",
+    "MAX_SPLIT",
+    "NUM_WARPS",
+    "WEIGHT_DTYPES",
+    "check_common",
+    "finalize_launcher",
+    "num_phases",
+    "require_contiguous",
+    "split_chunks",
+    "split_runner",
+]
+
+NUM_WARPS = (1, 2, 4, 8)
+MAX_GRID_YZ = 65535  # grid axes 1 and 2
+MAX_SPLIT = 4096
+_FINALIZE_BLOCK = 32  # elements per reduce program: many programs, BLOCK_S splits each step
+WEIGHT_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w")  # bwd weight rows of the dtype table
+
+
+@triton.jit
+def _reduction_chunk(pid_s, chunk, P, BLOCK_P: tl.constexpr, USE_INT64: tl.constexpr):
+    """This program's slice [p_start, p_end) of the flattened (n, od, oh, ow) reduction, its split
+    index and the in-tile position offsets."""
+    sid = pid_s
+    if USE_INT64:
+        sid = sid.to(tl.int64)
+    p_start = sid * chunk
+    p_end = tl.minimum(p_start + chunk, P)
+    prow = tl.arange(0, BLOCK_P)
+    if USE_INT64:
+        prow = prow.to(tl.int64)
+    return sid, p_start, p_end, prow
+
+
+@triton.jit
+def _split_position(p, Do, Ho, Wo):
+    """Flattened output position -> (n, od, oh, ow)."""
+    ow = p % Wo
+    q = p // Wo
+    oh = q % Ho
+    q = q // Ho
+    od = q % Do
+    return q // Do, od, oh, ow
+
+
+@triton.jit
+def _tap_of(t, FY, FX):
+    """Flat tap index -> (z, y, x)."""
+    return t // (FY * FX), (t // FX) % FY, t % FX
+
+
+@triton.jit
+def _tap_input(t, b_d, b_h, b_w, pm, FY, FX, TAPS, dil_d, dil_h, dil_w, Di, Hi, Wi, xs_d, xs_h, xs_w):
+    """For tap t: which positions read an in-range input element, and the tap's input offset."""
+    tz, ty, tx = _tap_of(t, FY, FX)
+    i_d = b_d + tz * dil_d
+    i_h = b_h + ty * dil_h
+    i_w = b_w + tx * dil_w
+    # t < TAPS folded into an integer limit (a scalar-bool & vector-bool mask mistypes in the interpreter)
+    lim_w = tl.where(t < TAPS, Wi, 0)
+    xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
+    return xm, tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+
+
+@triton.jit
+def _dw_finalize_kernel(
+    ws_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    total, split, GKC, KC, C, FY, FX,
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    BLOCK: tl.constexpr, BLOCK_S: tl.constexpr, USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    """Sum the fp32 partials over the splits, BLOCK_S splits per step (a loop of one load per split
+    is latency bound: 256 splits took 45 us), in a fixed order (deterministic); apply the epilogue,
+    store."""
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if USE_INT64:
+        e = e.to(tl.int64)
+    mask = e < total
+    srow = tl.arange(0, BLOCK_S)
+    if USE_INT64:
+        srow = srow.to(tl.int64)
+    acc = tl.zeros((BLOCK_S, BLOCK), dtype=tl.float32)
+    for s0 in range(0, split, BLOCK_S):
+        sp = s0 + srow
+        acc += tl.load(ws_ptr + (sp * total)[:, None] + e[None, :], mask=(sp < split)[:, None] & mask[None, :],
+                       other=0.0)
+    res = tl.sum(acc, axis=0)
+    t = e // GKC
+    j = e % GKC
+    g = j // KC
+    kc = j % KC
+    k = kc // C
+    c = kc % C
+    tz, ty, tx = _tap_of(t, FY, FX)
+    offs = g * ws_g + k * ws_k + c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x
+    res = apply_epilogue(res, offs, mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                         OP, NUM_DS, USER_FN)
+    tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def finalize_launcher(split: int, total: int, use_int64: bool, epi: dict) -> BoundKernel:
+    """The split reduce for ``split`` fp32 partial slices of ``total`` elements each."""
+    block_s = min(64, triton.next_power_of_2(split))
+    return BoundKernel(_dw_finalize_kernel, (triton.cdiv(total, _FINALIZE_BLOCK),), BLOCK=_FINALIZE_BLOCK,
+                       BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= INT32_LIMIT, num_warps=4, **epi)
+
+
+def require_contiguous(args: RunArgs, family: str) -> None:
+    """The direct kernels index their operands through flat strides of contiguous tensors."""
+    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
+                    *(("a D", d) for d in args.ds)):
+        if not t.is_contiguous():
+            raise ValueError(f"{family} conv_bwd_weight needs a contiguous {name} tensor")
+
+
+def split_chunks(split: int, length: int) -> tuple[int, int]:
+    """(splits, chunk) for a reduction of ``length`` in at most ``split`` chunks: clamped to
+    [1, min(length, MAX_SPLIT)], and no empty trailing chunk."""
+    split = max(1, min(split, length, MAX_SPLIT))
+    chunk = triton.cdiv(length, split)
+    return triton.cdiv(length, chunk), chunk
+
+
+def split_runner(main: BoundKernel, finalize: BoundKernel | None, sizes: tuple, fin_sizes: tuple,
+                 ws_numel: int) -> Runner:
+    """The runner of a split reduction: one launch with the epilogue (``finalize`` None), else the
+    main kernel into an fp32 workspace of ``ws_numel`` and the fixed-order reduce."""
+
+    def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        d = epilogue_args(ds, out)
+        if finalize is None:
+            main(x, dy, out, out, *d, alpha, beta, *sizes)
+            return
+        ws = torch.empty(ws_numel, dtype=torch.float32, device=out.device)
+        main(x, dy, out, ws, *d, alpha, beta, *sizes)
+        finalize(ws, out, *d, alpha, beta, *fin_sizes)
+
+    return run
+
+
+def num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """Stride phases that hold input positions: min(stride, in) per dim."""
+    return math.prod(min(s, i) for s, i in zip(strides, input_lens))
+
+
+def check_common(cfg: dict, names: tuple[str, ...], family: str, pow2_blocks: tuple[str, ...]) -> str | None:
+    """The checks every direct-style family shares: all parameters present, num_warps, the named
+    block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
+    missing = [n for n in names if n not in cfg]
+    if missing:
+        return f"config lacks {', '.join(missing)} ({family} takes {', '.join(names)})"
+    if cfg["num_warps"] not in NUM_WARPS:
+        return f"num_warps={cfg['num_warps']!r} is not one of {NUM_WARPS}"
+    for name in pow2_blocks:
+        if not is_pow2(cfg[name]) or cfg[name] > 1024:
+            return f"{name}={cfg[name]!r} must be a power of two from 1 to 1024"
+    split = cfg.get("split", 0)
+    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= MAX_SPLIT:
+        return f"split={split!r} must be an int from 0 (auto) to {MAX_SPLIT}"
+    return None
