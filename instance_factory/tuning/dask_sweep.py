@@ -25,7 +25,6 @@ cluster); without it only this module is unavailable.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -33,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .problems import Problem, expand_problem_set
-from .sweep import SweepResult
+from .sweep import SweepResult, options_with_deadline
 from .tuner import Progress, TuneOptions, plan_work, resolve_db
 
 __all__ = ["dask_sweep", "start_local_cluster"]
@@ -120,11 +119,7 @@ def dask_sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Se
     """Tune a problem set (name, YAML path, dict, or list of Problems) on a Dask cluster; see the
     module docstring. ``client``: an existing ``distributed.Client`` (then ``address`` is unused)."""
     t0 = time.monotonic()
-    opts = TuneOptions.make(options, **option_kw)
-    if max_minutes is not None:
-        deadline = time.time() + 60.0 * max_minutes
-        if opts.deadline is None or deadline < opts.deadline:
-            opts = dataclasses.replace(opts, deadline=deadline)
+    opts = options_with_deadline(options, max_minutes, option_kw)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     owned: list[Any] = []
     if client is None:

@@ -107,6 +107,16 @@ def local_gpu_count() -> int:
         return 0
 
 
+def options_with_deadline(options: TuneOptions | None, max_minutes: float | None, option_kw: dict) -> TuneOptions:
+    """The sweep's TuneOptions: ``max_minutes`` from now becomes the deadline unless an earlier one is set."""
+    opts = TuneOptions.make(options, **option_kw)
+    if max_minutes is not None:
+        deadline = time.time() + 60.0 * max_minutes
+        if opts.deadline is None or deadline < opts.deadline:
+            opts = dataclasses.replace(opts, deadline=deadline)
+    return opts
+
+
 def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequence[str] | None = None,
           layout: str | Sequence[str] = "nhwgc", shard: tuple[int, int] | str | None = None,
           force: bool = False, db: Any = None, *, fused_op: str = "passthrough", workers: int | None = 1,
@@ -119,11 +129,7 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     ``deadline`` option wins).
     """
     t0 = time.monotonic()
-    opts = TuneOptions.make(options, **option_kw)
-    if max_minutes is not None:
-        deadline = time.time() + 60.0 * max_minutes
-        if opts.deadline is None or deadline < opts.deadline:
-            opts = dataclasses.replace(opts, deadline=deadline)
+    opts = options_with_deadline(options, max_minutes, option_kw)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     mine = {p.key for p in shard_split(problems, parse_shard(shard))}
     problems = [p for p in problems if p.key in mine]  # this shard's, in the set's order
