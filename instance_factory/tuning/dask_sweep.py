@@ -32,9 +32,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .options import TuneOptions
+from .plan import plan_work, resolve_db
 from .problems import Problem, expand_problem_set
+from .progress import Progress
 from .sweep import SweepResult
-from .tuner import Progress, TuneOptions, plan_work, resolve_db
 
 __all__ = ["dask_sweep", "start_local_cluster"]
 
@@ -93,7 +95,8 @@ def _worker_device() -> Any:
 def _tune_task(problem: Problem, names: list[str], options: TuneOptions) -> dict:
     """Tune one problem on this worker's device; returns its rows (nothing is written here)."""
     from ..registry import get_registry
-    from .tuner import FatalDeviceError, tune_problem
+    from .options import FatalDeviceError
+    from .pipeline import tune_problem
 
     reg = get_registry()
     insts = [reg.get(n) for n in names]

@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .database import TuningDB, merge_files
+from .database import TuningDB, current_device, merge_files
+from .options import TuneOptions
+from .pipeline import torch_device
+from .plan import plan_work, resolve_db
 from .problems import Problem, expand_problem_set, parse_shard, shard_split
-from .tuner import TuneOptions, _torch_device, current_device, plan_work, resolve_db, tune
+from .tuner import tune
 
 __all__ = ["SweepResult", "local_gpu_count", "sweep"]
 
@@ -127,7 +130,7 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     mine = {p.key for p in shard_split(problems, parse_shard(shard))}
     problems = [p for p in problems if p.key in mine]  # this shard's, in the set's order
-    tdev = _torch_device(device)
+    tdev = torch_device(device)
     dinfo = current_device(tdev)
     target = resolve_db(db, dinfo)
     plan = plan_work(problems, target, dinfo, opts, force=force)
