@@ -25,7 +25,6 @@ cluster); without it only this module is unavailable.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -123,11 +122,7 @@ def dask_sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Se
     """Tune a problem set (name, YAML path, dict, or list of Problems) on a Dask cluster; see the
     module docstring. ``client``: an existing ``distributed.Client`` (then ``address`` is unused)."""
     t0 = time.monotonic()
-    opts = TuneOptions.make(options, **option_kw)
-    if max_minutes is not None:
-        deadline = time.time() + 60.0 * max_minutes
-        if opts.deadline is None or deadline < opts.deadline:
-            opts = dataclasses.replace(opts, deadline=deadline)
+    opts = TuneOptions.make(options, **option_kw).within(max_minutes)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     owned: list[Any] = []
     if client is None:

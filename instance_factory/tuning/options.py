@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +54,15 @@ class TuneOptions:
         if base.compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, not {base.compile_mode!r}")
         return base
+
+    def within(self, max_minutes: float | None) -> TuneOptions:
+        """These options with the deadline ``max_minutes`` from now (an earlier ``deadline`` wins)."""
+        if max_minutes is None:
+            return self
+        deadline = now() + 60.0 * max_minutes
+        if self.deadline is not None and self.deadline <= deadline:
+            return self
+        return dataclasses.replace(self, deadline=deadline)
 
 
 def now() -> float:

@@ -17,7 +17,6 @@ one run, or failed) and where the time went (``stats``; single process only).
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import sys
@@ -122,11 +121,7 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     ``deadline`` option wins).
     """
     t0 = time.monotonic()
-    opts = TuneOptions.make(options, **option_kw)
-    if max_minutes is not None:
-        deadline = time.time() + 60.0 * max_minutes
-        if opts.deadline is None or deadline < opts.deadline:
-            opts = dataclasses.replace(opts, deadline=deadline)
+    opts = TuneOptions.make(options, **option_kw).within(max_minutes)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     mine = {p.key for p in shard_split(problems, parse_shard(shard))}
     problems = [p for p in problems if p.key in mine]  # this shard's, in the set's order
