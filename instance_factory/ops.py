@@ -22,7 +22,7 @@ from .layouts import LayoutTriple, parse_layout
 from .problem import ConvParams
 from .registry import get_registry
 
-__all__ = ["conv_bwd_data", "conv_bwd_weight", "make_problem_tensors", "prepare"]
+__all__ = ["conv_bwd_data", "conv_bwd_weight", "prepare"]
 
 # which tensors each op takes, in the contract's order, and what the result is
 _OPERANDS = {
@@ -282,28 +282,3 @@ def conv_bwd_weight(input: torch.Tensor, grad_out: torch.Tensor, params: ConvPar
     """dL/dW = f(conv_bwd_weight(input, grad_out), D0, ...), returned in the weight layout."""
     return _call("conv_bwd_weight", input, grad_out, params, layout, ds, op, alpha, beta, wei_dtype, compute_dtype,
                  instance)
-
-
-def make_problem_tensors(op: str, params: ConvParams, layout: str | LayoutTriple, dtype_name: str,
-                         n_ds: int = 0, device: str | torch.device = "cpu", seed: int = 0,
-                         random: bool = True) -> dict[str, Any]:
-    """Random operands (never zeros) in the layout: {"a", "b", "ds"} in the op's argument order;
-    ``random=False`` leaves them uninitialized (enough to compile: shapes, dtypes, alignment)."""
-    from .dtypes import DATA_TYPES
-
-    dt = DATA_TYPES[dtype_name]
-    lt = parse_layout(layout, params.ndim)
-    (_, a_tensor), (_, b_tensor), result_tensor = _OPERANDS[op]
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def rnd(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if not random:
-            return torch.empty(shape, dtype=dtype, device=device)
-        return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
-
-    result_dtype = dt.result or dt.data
-    return {
-        "a": rnd(lt.shape(a_tensor, params), dt.data),
-        "b": rnd(lt.shape(b_tensor, params), dt.data),
-        "ds": tuple(rnd(lt.shape(result_tensor, params), result_dtype) for _ in range(n_ds)),
-    }

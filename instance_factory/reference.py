@@ -6,6 +6,7 @@ stride and dilation all come from one well-tested path. Tests and GPU verificati
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "ref_conv_bwd_weight",
     "ref_conv_fwd",
     "rel_error",
+    "result_errors",
     "to_canonical",
 ]
 
@@ -130,16 +132,27 @@ def ref_conv_bwd_weight(x: torch.Tensor, grad_out: torch.Tensor, p: ConvParams, 
     return apply_fused_op_ref(acc, op, ds, alpha, beta, user_ref)
 
 
+def result_errors(out: torch.Tensor, ref: torch.Tensor,
+                  ref_norms: tuple[float, float] | None = None) -> tuple[float, float]:
+    """(||out - ref|| / ||ref||, max|out - ref| / max|ref|) in float64 on the tensors' device; NaN or
+    inf anywhere in ``out`` gives (inf, inf). ``ref_norms``: the reference's (norm, max|ref|) if known
+    (the tuner computes them once per problem)."""
+    if out.shape != ref.shape:
+        raise ValueError(f"shape mismatch: result {tuple(out.shape)} vs reference {tuple(ref.shape)}")
+    o = out.detach().to(device=ref.device, dtype=torch.float64)
+    if not bool(torch.isfinite(o).all()):
+        return math.inf, math.inf
+    diff = o.sub_(ref) if o.data_ptr() != out.data_ptr() else o - ref
+    if ref_norms is None:
+        ref_norms = (float(torch.linalg.vector_norm(ref)), float(ref.abs().max()) if ref.numel() else 0.0)
+    rn, rm = ref_norms
+    dn = float(torch.linalg.vector_norm(diff))
+    dm = float(diff.abs().max()) if diff.numel() else 0.0
+    rel = (0.0 if dn == 0.0 else math.inf) if rn == 0.0 else dn / rn
+    mrel = (0.0 if dm == 0.0 else math.inf) if rm == 0.0 else dm / rm
+    return rel, mrel
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; NaN/inf anywhere gives inf (never passes)."""
-    r = ref.detach().double()
-    o = out.detach().to(device=r.device, dtype=torch.float64)
-    if o.shape != r.shape:
-        raise ValueError(f"shape mismatch: result {tuple(o.shape)} vs reference {tuple(r.shape)}")
-    if not torch.isfinite(o).all():
-        return float("inf")
-    denom = torch.linalg.vector_norm(r).item()
-    num = torch.linalg.vector_norm(o - r).item()
-    if denom == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return num / denom
+    return result_errors(out, ref.detach().double())[0]

@@ -1,7 +1,8 @@
 """Verify instances against the float64 reference: the main job's check and the GPU check's engine.
 
 Every run draws fresh random operands (never zeros), poisons the result buffer with NaN first
-(so an unwritten element fails), and accepts a result only when (:func:`verdict`)
+(so an unwritten element fails), and accepts a result only when
+(:func:`instance_factory.harness.checks.verdict`)
 
 * it is finite everywhere (NaN or inf anywhere fails),
 * ``||out - ref|| / ||ref||`` is within the data type's ``tolerance``, and
@@ -9,7 +10,8 @@ Every run draws fresh random operands (never zeros), poisons the result buffer w
   normwise one): a handful of wrong elements hardly moves the norm (one zeroed element of 65,536
   in bf16 gives a normwise error under 1e-2) but costs 0.2-1.0 here.
 
-The tuner uses the same two functions, so what the main job passes is what the tuner stores as ok.
+The tuner uses the same two functions (:mod:`instance_factory.harness.checks`), so what the main
+job passes is what the tuner stores as ok.
 """
 
 from __future__ import annotations
@@ -24,46 +26,15 @@ import torch
 
 from .algorithms import interpreting
 from .dtypes import DATA_TYPES, op_kwargs
+from .harness.operands import make_problem_tensors, reference_of
 from .instance import Instance
-from .ops import make_problem_tensors, prepare
+from .ops import prepare
 from .problem import ConvParams
-from .reference import ref_conv_bwd_data, ref_conv_bwd_weight
+from .reference import result_errors
 from .registry import get_registry, spread_over_families
 
-__all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "result_errors", "verdict", "verify_case",
+__all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "verify_case",
            "verify_instance"]
-
-
-def result_errors(out: torch.Tensor, ref: torch.Tensor,
-                  ref_norms: tuple[float, float] | None = None) -> tuple[float, float]:
-    """(||out - ref|| / ||ref||, max|out - ref| / max|ref|) in float64 on the tensors' device; NaN or
-    inf anywhere in ``out`` gives (inf, inf). ``ref_norms``: the reference's (norm, max|ref|) if known
-    (the tuner computes them once per problem)."""
-    if out.shape != ref.shape:
-        raise ValueError(f"shape mismatch: result {tuple(out.shape)} vs reference {tuple(ref.shape)}")
-    o = out.detach().to(device=ref.device, dtype=torch.float64)
-    if not bool(torch.isfinite(o).all()):
-        return math.inf, math.inf
-    diff = o.sub_(ref) if o.data_ptr() != out.data_ptr() else o - ref
-    if ref_norms is None:
-        ref_norms = (float(torch.linalg.vector_norm(ref)), float(ref.abs().max()) if ref.numel() else 0.0)
-    rn, rm = ref_norms
-    dn = float(torch.linalg.vector_norm(diff))
-    dm = float(diff.abs().max()) if diff.numel() else 0.0
-    rel = (0.0 if dn == 0.0 else math.inf) if rn == 0.0 else dn / rn
-    mrel = (0.0 if dm == 0.0 else math.inf) if rm == 0.0 else dm / rm
-    return rel, mrel
-
-
-def verdict(rel: float, max_rel: float, dtype: str) -> str | None:
-    """None when the errors pass data type ``dtype``'s tolerances, else the reason (NaN never passes)."""
-    dt = DATA_TYPES[dtype]
-    if not rel <= dt.tolerance:
-        return f"wrong result: rel_err {rel:.3g} > tolerance {dt.tolerance:g}"
-    if not max_rel <= dt.max_tolerance:
-        return (f"wrong result: worst element max_rel_err {max_rel:.3g} > {dt.max_tolerance:g} "
-                f"(rel_err {rel:.3g} passes)")
-    return None
 
 
 @dataclass(frozen=True)
@@ -121,9 +92,8 @@ def verify_instance(inst: Instance, case: Case, device: str | torch.device, seed
     if args.out.is_cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    ref_fn = ref_conv_bwd_data if case.op == "conv_bwd_data" else ref_conv_bwd_weight
-    ref = ref_fn(t["a"], t["b"], case.params, case.layout, ds=t["ds"], op=case.fused_op, alpha=alpha,
-                 beta=beta, user_ref=user_ref)
+    ref = reference_of(case.op, case.params, case.layout, t["a"], t["b"], t["ds"], case.fused_op, alpha, beta,
+                       user_ref)
     rel, mrel = result_errors(args.out, ref)
     return VerifyResult(case, inst.name, rel, dt.tolerance, seconds, max_error=mrel, max_tolerance=dt.max_tolerance)
 

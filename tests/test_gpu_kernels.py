@@ -47,6 +47,7 @@ def test_cached_runner_takes_the_direct_launch_and_stays_correct(case):
     kernel directly; fresh tensors each call, and a misaligned tensor falls back to Triton's binder."""
     from instance_factory import ops
     from instance_factory.dtypes import DATA_TYPES, op_kwargs
+    from instance_factory.harness.operands import make_problem_tensors
     from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
 
     dt = DATA_TYPES[case.dtype]
@@ -56,7 +57,7 @@ def test_cached_runner_takes_the_direct_launch_and_stays_correct(case):
     runnable, _ = get_registry().candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
     for inst in {i.algorithm: i for i in runnable}.values():
         for seed in range(3):
-            t = ops.make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, "cuda", seed)
+            t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, "cuda", seed)
             a, b = t["a"], t["b"]
             if seed == 2:  # same values, 2 bytes off a 16-byte boundary
                 buf = torch.empty(a.numel() + 1, dtype=a.dtype, device="cuda")

@@ -235,7 +235,8 @@ def test_no_committed_row_is_lost_to_kills_or_merges_while_writing(tmp_path):
 # verification bounds the worst element
 # ------------------------------------------------------------------------------------------------
 def test_one_zeroed_element_of_65536_fails_verification_though_the_norm_passes():
-    from instance_factory.verify import result_errors, verdict
+    from instance_factory.harness.checks import verdict
+    from instance_factory.reference import result_errors
 
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(65536, generator=g, dtype=torch.float64)
@@ -257,13 +258,14 @@ def test_one_zeroed_element_of_65536_fails_verification_though_the_norm_passes()
 
 def test_tuner_stores_a_one_element_corruption_as_failed(tmp_path, monkeypatch):
     """End to end in the tuner: zero one result element whose error hides in the norm."""
+    from instance_factory.harness import checks
     from instance_factory.problem import ConvParams
     from instance_factory.tuning import tuner as T
     from instance_factory.tuning.problems import Problem
 
     params = ConvParams(2, 1, 4, 8, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))  # 4096 outputs
     prob = Problem("conv_bwd_data", params, LAYOUT, "bf16")
-    real = T._run_verified
+    real = checks.run_poisoned
 
     def corrupt(case, inst, timed=False):
         out, ms = real(case, inst, timed)
@@ -273,7 +275,7 @@ def test_tuner_stores_a_one_element_corruption_as_failed(tmp_path, monkeypatch):
         out.view(-1)[i] = 0
         return out, ms
 
-    monkeypatch.setattr(T, "_run_verified", corrupt)
+    monkeypatch.setattr(checks, "run_poisoned", corrupt)
     db = D.TuningDB(tmp_path / "db.csv")
     rows = T.tune(prob, db=db, max_instances=1, progress=False, cpu_reps=1, cudnn=False)
     assert len(rows) == 1 and rows[0]["status"] == "failed", rows[0]

@@ -11,7 +11,9 @@ from instance_factory.problem import ConvParams
 from instance_factory.tuning import lookup as L
 from instance_factory.tuning import tuner as T
 from instance_factory.tuning._testing import isolated_tiers
-from instance_factory.tuning.database import read_db
+from instance_factory.tuning.candidates import candidates_for
+from instance_factory.tuning.database import current_device, read_db
+from instance_factory.tuning.options import PRUNED_TIMING
 from instance_factory.tuning.problems import Problem
 
 pytestmark = pytest.mark.gpu
@@ -25,7 +27,7 @@ def test_tune_on_gpu(tmp_path, op):
     pr = Problem(op, p, LAYOUT, "bf16")
     with isolated_tiers(tmp_path) as (user, _):
         rows = T.tune(pr, max_instances=6, progress=False, compile_workers=4)
-        df = read_db(user / f"{T.current_device().kind}.csv")
+        df = read_db(user / f"{current_device().kind}.csv")
         assert len(df) == len(rows) == 6
         ok = df[df.status == "ok"]
         assert len(ok) >= 1, df[["instance", "status", "reason"]].to_string()
@@ -42,7 +44,7 @@ def test_depthwise_prunes_tensor_core_tiles_and_compiles_ahead_in_processes(tmp_
     kernels are compiled ahead by worker processes (compile-only) and loaded here."""
     p = ConvParams(2, 64, 32, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
     pr = Problem("conv_bwd_data", p, LAYOUT, "bf16")
-    run, _ = T.candidates_for(pr)
+    run, _ = candidates_for(pr)
     direct = [i.name for i in run if i.algorithm == "direct"][:2]
     igemm = [i.name for i in run if i.algorithm == "igemm"][-3:]  # the largest tiles
     with isolated_tiers(tmp_path) as (user, _):
@@ -50,9 +52,9 @@ def test_depthwise_prunes_tensor_core_tiles_and_compiles_ahead_in_processes(tmp_
         rows = {r["instance"]: r for r in res}
         assert all(rows[n]["status"] == "ok" for n in direct), [rows[n]["reason"] for n in direct]
         assert all(rows[n]["status"] == "pruned" for n in igemm), [rows[n]["reason"] for n in igemm]
-        assert all(rows[n]["timing"] == T.PRUNED_TIMING for n in igemm)
+        assert all(rows[n]["timing"] == PRUNED_TIMING for n in igemm)
         assert res.stats.get("precompiled", 0) == 5 and not res.stopped_early
-        assert read_db(user / f"{T.current_device().kind}.csv").status.value_counts().to_dict() == \
+        assert read_db(user / f"{current_device().kind}.csv").status.value_counts().to_dict() == \
             {"ok": 2, "pruned": 3}
         got = L.lookup("conv_bwd_data", p, layout=LAYOUT, dtype=torch.bfloat16, device=torch.device("cuda"))
         assert got.name in direct

@@ -194,7 +194,7 @@ def test_repeated_hit_is_cheap(tiers):
 
 
 def test_ops_use_lookup_when_instance_is_none(tiers, monkeypatch):
-    from instance_factory import ops
+    from instance_factory.harness.operands import make_problem_tensors
     from instance_factory.reference import ref_conv_bwd_data, rel_error
 
     user, _ = tiers
@@ -209,7 +209,7 @@ def test_ops_use_lookup_when_instance_is_none(tiers, monkeypatch):
         return inst
 
     monkeypatch.setattr(L, "lookup", spy)
-    t = ops.make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16")
+    t = make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16")
     out = instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
     assert len(seen) == 1 and seen[0][2] is b
     assert seen[0][1]["dtype"] == torch.float16 and current_device(seen[0][1]["device"]).name == "cpu"
@@ -220,12 +220,13 @@ def test_ops_hot_path_follows_database_writes(tiers):
     """Repeated instance=None calls skip plan, lookup and runner lookups (one dict hit), and a database
     write (which clears the lookup cache) reaches them: the next call serves the new winner."""
     from instance_factory import ops
+    from instance_factory.harness.operands import make_problem_tensors
     from instance_factory.reference import ref_conv_bwd_data, rel_error
 
     user, _ = tiers
     a, b = runnable()[0][:2]
     user.add([synthetic_row(PROB, a, 1.0), synthetic_row(PROB, b, 2.0)])
-    t = ops.make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16", seed=3)
+    t = make_problem_tensors("conv_bwd_data", P, LAYOUT, "fp16", seed=3)
     ref = ref_conv_bwd_data(t["a"], t["b"], P, LAYOUT)
     instance_factory.conv_bwd_data(t["a"], t["b"], P, layout=LAYOUT)
     hot = [v for k, v in ops._HOT.items() if k[1] == P and k[0] == "conv_bwd_data"]

@@ -10,13 +10,20 @@ import pytest
 import torch
 
 from instance_factory.algorithms import ALGORITHMS
+from instance_factory.harness import timing as TM
 from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
+from instance_factory.tuning import candidates as C
+from instance_factory.tuning import compile_ahead as CA
+from instance_factory.tuning import errors as E
 from instance_factory.tuning import lookup as L
+from instance_factory.tuning import options as O
+from instance_factory.tuning import pipeline as PL
 from instance_factory.tuning import tuner as T
 from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import TuningDB, read_db
 from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.progress import Progress
 from instance_factory.tuning.summary import summary_table
 from instance_factory.tuning.sweep import sweep
 
@@ -104,13 +111,13 @@ def test_wrong_or_crashing_instances_are_failed_and_never_chosen(tiers, monkeypa
 def test_classify_error():
     from triton.runtime.errors import OutOfResources
 
-    assert T.classify_error(OutOfResources(300000, 232448, "shared memory"))[0] == "oom"
-    assert T.classify_error(torch.cuda.OutOfMemoryError("CUDA out of memory"))[0] == "oom"
+    assert E.classify_error(OutOfResources(300000, 232448, "shared memory"))[0] == "oom"
+    assert E.classify_error(torch.cuda.OutOfMemoryError("CUDA out of memory"))[0] == "oom"
     CompilationError = type("CompilationError", (Exception,), {})
-    assert T.classify_error(CompilationError("at 12:4: bad"))[0] == "compile_error"
-    st, reason, fatal = T.classify_error(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert E.classify_error(CompilationError("at 12:4: bad"))[0] == "compile_error"
+    st, reason, fatal = E.classify_error(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert (st, fatal) == ("failed", True) and "illegal memory access" in reason
-    assert T.classify_error(ValueError("nope")) == ("failed", "ValueError: nope", False)
+    assert E.classify_error(ValueError("nope")) == ("failed", "ValueError: nope", False)
 
 
 def test_fatal_device_error_keeps_rows_and_resume_skips_the_culprit(tiers, monkeypatch):
@@ -123,7 +130,7 @@ def test_fatal_device_error_keeps_rows_and_resume_skips_the_culprit(tiers, monke
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     _patched(monkeypatch, bad, fault)
-    with pytest.raises(T.FatalDeviceError, match="resumes"):
+    with pytest.raises(O.FatalDeviceError, match="resumes"):
         T.tune(pr, instances=[bad.name, ok.name], progress=False, **FAST)
     df = read_db(tiers.path)
     assert list(df.instance) == [bad.name] and df.status[0] == "failed"
@@ -169,7 +176,7 @@ def test_sweep_with_worker_processes_merges_their_shards(tmp_path, tiers):
 
 
 def test_progress_fallback_prints_eta(capsys):
-    bar = T.Progress(3, desc="t")
+    bar = Progress(3, desc="t")
     bar._bar = None
     for _ in range(3):
         bar.update(1, "note")
@@ -213,14 +220,14 @@ def test_gpu_pipeline_simulated_on_cpu(tiers, monkeypatch):
 
     def fake_gpu_timer(fn, warmup_ms, rep_ms):
         calls.append(rep_ms)
-        t = T._time_cpu(fn, 1)
-        return T.Timing(t.median_ms, t.p20_ms, t.p80_ms, int(rep_ms), "do_bench (simulated)")
+        t = TM.time_cpu(fn, 1)
+        return TM.Timing(t.median_ms, t.p20_ms, t.p80_ms, int(rep_ms), "do_bench (simulated)")
 
-    monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
-    monkeypatch.setattr(T, "_time_gpu", fake_gpu_timer)
+    monkeypatch.setattr(PL, "SIMULATE_GPU_PIPELINE", True)
+    monkeypatch.setattr(TM, "time_gpu", fake_gpu_timer)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    opts = T.TuneOptions(compile_workers=2, quick_rep_ms=3, rep_ms=7, refine_top=1, cudnn=False, prune=False)
+    opts = O.TuneOptions(compile_workers=2, quick_rep_ms=3, rep_ms=7, refine_top=1, cudnn=False, prune=False)
     rows = {r["instance"]: r for r in T.tune(pr, instances=[oom.name, bad_build.name] + [g.name for g in good],
                                              options=opts, progress=False)}
     assert rows[oom.name]["status"] == "oom" and "shared memory" in rows[oom.name]["reason"]
@@ -242,13 +249,13 @@ def test_gpu_pipeline_fatal_error_while_compiling_in_parallel(tiers, monkeypatch
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     _patched(monkeypatch, bad, fault)
-    monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
+    monkeypatch.setattr(PL, "SIMULATE_GPU_PIPELINE", True)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    with pytest.raises(T.FatalDeviceError, match="--compile-workers 1"):
+    with pytest.raises(O.FatalDeviceError, match="--compile-workers 1"):
         T.tune(pr, instances=[bad.name], compile_workers=2, progress=False, cudnn=False)
     assert len(read_db(tiers.path)) == 0  # the culprit is unknown: no row blames anyone
-    with pytest.raises(T.FatalDeviceError, match="skips the instance that broke it"):
+    with pytest.raises(O.FatalDeviceError, match="skips the instance that broke it"):
         T.tune(pr, instances=[bad.name], compile_workers=1, progress=False, cudnn=False)
     df = read_db(tiers.path)
     assert list(df.instance) == [bad.name] and df.status[0] == "failed"
@@ -261,7 +268,7 @@ def test_order_candidates_puts_likely_fast_ones_first():
     depthwise = Problem("conv_bwd_data", ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1),
                                                     (1, 1), (1, 1)), LAYOUT, "bf16")
     run, _ = get_registry().candidates(depthwise.op, depthwise.params, LAYOUT, "bf16", "passthrough")
-    order = T.order_candidates(depthwise, run)
+    order = C.order_candidates(depthwise, run)
     n_direct = sum(i.algorithm == "direct" for i in run)
     assert 0 < n_direct < len(run) and sorted(i.name for i in order) == sorted(i.name for i in run)
     assert {i.algorithm for i in order[:n_direct]} == {"direct"}  # C = K = 1: direct first
@@ -271,12 +278,12 @@ def test_order_candidates_puts_likely_fast_ones_first():
     dense = Problem("conv_bwd_weight", ConvParams(2, 1, 128, 64, 64, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1),
                                                   (1, 1)), LAYOUT, "bf16")
     run, _ = get_registry().candidates(dense.op, dense.params, LAYOUT, "bf16", "passthrough")
-    order = T.order_candidates(dense, run)
+    order = C.order_candidates(dense, run)
     assert order[0].algorithm != "direct" and order[0].cfg["block_m"] <= 64  # K = 64: no 128-row tiles first
     few = Problem("conv_bwd_weight", ConvParams(2, 32, 128, 4, 4, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1),
                                                 (1, 1)), LAYOUT, "bf16")
     run, _ = get_registry().candidates(few.op, few.params, LAYOUT, "bf16", "passthrough")
-    assert T.order_candidates(few, run)[0].algorithm == "direct"  # ResNeXt 32x4d: direct first
+    assert C.order_candidates(few, run)[0].algorithm == "direct"  # ResNeXt 32x4d: direct first
 
 
 def _simulate_gpu(monkeypatch, pr):
@@ -297,10 +304,10 @@ def _simulate_gpu(monkeypatch, pr):
     for alg in {i.algorithm for i in run}:
         key = (pr.op, alg)
         _patch_algorithm(monkeypatch, key, torch_launch)
-    monkeypatch.setattr(T, "_SIMULATE_GPU_PIPELINE", True)
+    monkeypatch.setattr(PL, "SIMULATE_GPU_PIPELINE", True)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    return T.order_candidates(pr, run)
+    return C.order_candidates(pr, run)
 
 
 def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win(tiers, monkeypatch):
@@ -323,10 +330,10 @@ def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win
     def fake_do_bench(fn, warmup_ms, rep_ms):  # fast, fast2 (quick), then the faster of them (refined)
         bench.append(rep_ms)
         ms = [3.0, 2.0, 1.5][len(bench) - 1]
-        return T.Timing(ms, ms, ms, 10, "do_bench (simulated)")
+        return TM.Timing(ms, ms, ms, 10, "do_bench (simulated)")
 
-    monkeypatch.setattr(T, "_single_run_ms", fake_single)
-    monkeypatch.setattr(T, "_time_gpu", fake_do_bench)
+    monkeypatch.setattr(TM, "single_run_ms", fake_single)
+    monkeypatch.setattr(TM, "time_gpu", fake_do_bench)
     names = [fast.name, fast2.name, slow.name, hopeless.name]
     res = T.tune(pr, instances=names, progress=False, cudnn=False, refine_top=1, quick_rep_ms=3, rep_ms=7)
     rows = {r["instance"]: r for r in res}
@@ -337,12 +344,12 @@ def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win
     assert "verified; single run 9 ms" in rows[slow.name]["reason"] and rows[slow.name]["rel_err"] <= 2e-3
     df = read_db(tiers.path)
     pruned = df[df.status == "pruned"]
-    assert set(pruned.instance) == {slow.name, hopeless.name} and (pruned.timing == T.PRUNED_TIMING).all()
+    assert set(pruned.instance) == {slow.name, hopeless.name} and (pruned.timing == O.PRUNED_TIMING).all()
     assert sorted(pruned.median_ms) == [9.0, 500.0] and (pruned.reps == 1).all()
     assert res.stats["pruned"] == 2 and res.stats["ok"] == 2 and not res.stopped_early
 
     # a pruned row, however fast it claims to be, never wins: lookup, the derived best, merges
-    fake = synthetic_row(pr, other, 0.001, status="pruned", timing=T.PRUNED_TIMING)
+    fake = synthetic_row(pr, other, 0.001, status="pruned", timing=O.PRUNED_TIMING)
     TuningDB(tiers.path).add([fake])
     assert L.lookup("conv_bwd_weight", P, layout=LAYOUT, dtype=torch.float16) is fast2
     assert list(best_per_problem(read_db(tiers.path)).instance) == [fast2.name]
@@ -361,14 +368,14 @@ def test_deadline_keeps_finished_rows_drops_untimed_ones_and_a_rerun_resumes(tie
     pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
     a, b, c = _simulate_gpu(monkeypatch, pr)[:3]
     clock = [0.0]
-    monkeypatch.setattr(T, "_now", lambda: clock[0])
-    monkeypatch.setattr(T, "_single_run_ms", lambda fn, case, inst, stage: (fn(), {a.name: 1.0}.get(inst.name, 1.1))[1])
+    monkeypatch.setattr(O, "now", lambda: clock[0])
+    monkeypatch.setattr(TM, "single_run_ms", lambda fn, case, inst, stage: (fn(), {a.name: 1.0}.get(inst.name, 1.1))[1])
 
     def do_bench_then_time_is_up(fn, warmup_ms, rep_ms):
         clock[0] = 100.0  # the deadline passes during the first do_bench
-        return T.Timing(1.0, 1.0, 1.0, 10, "do_bench (simulated)")
+        return TM.Timing(1.0, 1.0, 1.0, 10, "do_bench (simulated)")
 
-    monkeypatch.setattr(T, "_time_gpu", do_bench_then_time_is_up)
+    monkeypatch.setattr(TM, "time_gpu", do_bench_then_time_is_up)
     names = [a.name, b.name, c.name]
     res = T.tune(pr, instances=names, progress=False, cudnn=False, deadline=50.0)
     assert res.stopped_early and [r["instance"] for r in res] == [a.name]  # b, c verified, never timed
@@ -401,14 +408,14 @@ def test_compile_only_wrapper_turns_launches_into_compiles_in_flagged_threads(mo
     calls = []
     kernel = types.SimpleNamespace(run=lambda *args, grid, warmup, **kw: calls.append((args, grid, warmup)))
     monkeypatch.setattr(JITFunction, "__getitem__", JITFunction.__getitem__)  # restored afterwards
-    monkeypatch.setattr(T, "_PATCHED", [])
-    assert T._install_compile_only() and T._install_compile_only()  # idempotent
+    monkeypatch.setattr(CA, "_PATCHED", [])
+    assert CA.install_compile_only() and CA.install_compile_only()  # idempotent
 
     def launch():
         JITFunction.__getitem__(kernel, (4,))(1, x=2)  # what kernel[(4,)](1, x=2) does
 
     launch()
-    with T._compile_only_here(True):
+    with CA.compile_only_here(True):
         launch()
         other = threading.Thread(target=launch)
         other.start()
@@ -420,8 +427,8 @@ def test_compile_only_wrapper_turns_launches_into_compiles_in_flagged_threads(mo
 def test_compile_workers_in_processes_and_a_broken_pool_falls_back(tiers, monkeypatch):
     pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
     run, _ = get_registry().candidates(pr.op, P, LAYOUT, "fp16", "passthrough")
-    insts = T.order_candidates(pr, run)[:2]
-    pc = T._Precompiler(torch.device("cpu"), [(pr, insts)], T.TuneOptions(compile_workers=2))
+    insts = C.order_candidates(pr, run)[:2]
+    pc = CA.Precompiler(torch.device("cpu"), [(pr, insts)], O.TuneOptions(compile_workers=2))
     try:
         got, cut = pc.results(pr, timeout=120)
     finally:
@@ -433,7 +440,7 @@ def test_compile_workers_in_processes_and_a_broken_pool_falls_back(tiers, monkey
         def __str__(self):
             return "no-such-device:0"
 
-    pc = T._Precompiler(Bogus(), [(pr, insts)], T.TuneOptions(compile_workers=1))
+    pc = CA.Precompiler(Bogus(), [(pr, insts)], O.TuneOptions(compile_workers=1))
     try:
         with pytest.warns(RuntimeWarning, match="compile workers failed"):
             got, cut = pc.results(pr, timeout=120)
@@ -449,6 +456,6 @@ def test_precompile_skips_problems_whose_operands_would_not_fit_beside_the_worke
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props)
     cuda = torch.device("cuda:0")
     huge = ConvParams(2, 1, 64, 64, 64, (3, 3), (1024, 512), (1, 1), (1, 1), (1, 1), (1, 1))  # 2^31-element dx
-    assert not T.precompile_fits(huge, 15, cuda)  # 15 x 16 GB operands > 35 GB
-    assert T.precompile_fits(huge, 1, torch.device("cpu"))  # the interpreter builds them anyway
-    assert T.precompile_fits(P, 15, cuda)
+    assert not CA.precompile_fits(huge, 15, cuda)  # 15 x 16 GB operands > 35 GB
+    assert CA.precompile_fits(huge, 1, torch.device("cpu"))  # the interpreter builds them anyway
+    assert CA.precompile_fits(P, 15, cuda)

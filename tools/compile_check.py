@@ -28,7 +28,8 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from instance_factory import fast_launch, ops  # noqa: E402
 from instance_factory.dtypes import op_kwargs  # noqa: E402
-from instance_factory.ops import make_problem_tensors, prepare  # noqa: E402
+from instance_factory.harness.operands import make_problem_tensors  # noqa: E402
+from instance_factory.ops import prepare  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.registry import get_registry  # noqa: E402
 

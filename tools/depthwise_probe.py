@@ -12,7 +12,8 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from instance_factory.ops import make_problem_tensors, prepare
+from instance_factory.harness.operands import make_problem_tensors
+from instance_factory.ops import prepare
 from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
 

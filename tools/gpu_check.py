@@ -24,7 +24,6 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.layouts import all_layouts  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.registry import get_registry  # noqa: E402
@@ -102,18 +101,19 @@ def _choose_instances(idx: int, runnable: list, per_case: int, max_algs: int) ->
 def _compile_job(case: Case, name: str) -> str | None:
     """Compile worker (the tuner's compile-only processes): build one instance for one case."""
     from instance_factory.dtypes import op_kwargs
-    from instance_factory.ops import make_problem_tensors, prepare
-    from instance_factory.tuning import tuner
+    from instance_factory.harness.operands import make_problem_tensors
+    from instance_factory.ops import prepare
+    from instance_factory.tuning import compile_ahead
 
-    if not tuner._WORKER.get("compile_only"):
+    if not compile_ahead._WORKER.get("compile_only"):
         return "this Triton cannot compile without running"
-    t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, tuner._WORKER["device"],
-                             random=False)
+    t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds,
+                             compile_ahead._WORKER["device"], random=False)
     inst = get_registry().get(name)
     try:
         _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"],
                           fused_op=case.fused_op, instance=inst, **op_kwargs(case.dtype))
-        with tuner._compile_only_here(True):
+        with compile_ahead.compile_only_here(True):
             inst.alg.launch(args)
     except Exception as exc:  # the verifying process meets it again and records it
         return f"{type(exc).__name__}: {exc}"[:200]
@@ -127,7 +127,7 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from instance_factory.tuning import tuner
+    from instance_factory.tuning.compile_ahead import precompile_fits, precompile_init
 
     reg = get_registry()
     plan = []
@@ -142,10 +142,10 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
         plan.append((idx, case, chosen, declined if not runnable else None))
     workers = max(1, min(15, (os.cpu_count() or 2) - 1))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                               initializer=tuner._precompile_init, initargs=(f"cuda:{torch.cuda.current_device()}",))
+                               initializer=precompile_init, initargs=(f"cuda:{torch.cuda.current_device()}",))
     device = torch.device(f"cuda:{torch.cuda.current_device()}")
     jobs = {(case.title, inst.name): pool.submit(_compile_job, case, inst.name)
-            for _, case, chosen, _ in plan if tuner.precompile_fits(case.params, workers, device)
+            for _, case, chosen, _ in plan if precompile_fits(case.params, workers, device)
             for inst in chosen}
     rows = []
     for idx, case, chosen, declined in plan:
@@ -200,8 +200,12 @@ def _passed_before(paths: list[str]) -> set:
 def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()) -> list[dict]:
     import triton.testing
 
-    from instance_factory.ops import make_problem_tensors, prepare
+    from instance_factory.harness.checks import run_poisoned
+    from instance_factory.harness.cudnn import time_torch
+    from instance_factory.harness.operands import ProblemCase, make_problem_tensors, reference_of
+    from instance_factory.ops import prepare
     from instance_factory.reference import rel_error
+    from instance_factory.tuning.problems import Problem
 
     torch.backends.cudnn.benchmark = True
     seeds = [
@@ -255,15 +259,15 @@ def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()
         if best is None:
             continue
         inst, ms, args = best
-        # verify the winner on these very inputs
-        from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight
-
-        args.out.fill_(float("nan"))
-        inst.alg.launch(args)
-        ref = (ref_conv_bwd_data if op == "conv_bwd_data" else ref_conv_bwd_weight)(
-            t["a"], t["b"], p, layout, ds=t["ds"], op=fo)
-        err = rel_error(args.out, ref)
-        cudnn_ms = cudnn_time(op, p, dt, fo, t)
+        # verify the winner on these very inputs (the harness's poisoned run), then cuDNN in the same run
+        case = ProblemCase(Problem(op, p, layout, dt, fo), torch.device("cuda", torch.cuda.current_device()),
+                           t["a"], t["b"], t["ds"], None, {}, fo, nds, 1.0, 1.0)
+        out, _ = run_poisoned(case, inst)
+        err = rel_error(out, reference_of(op, p, layout, t["a"], t["b"], t["ds"], fo, 1.0, 1.0))
+        cudnn_ms, _, cudnn_err = time_torch(case, 25.0, 100.0, 1)
+        if cudnn_ms is None:
+            log.write(json.dumps({"bench": label, "cudnn_error": cudnn_err}) + "\n")
+            continue
         eb = 2 if dt != "fp32" else 4
         gb = p.bytes_moved(op, eb, nds, 4 if dt == "bf16_fp32w" else None) / (ms * 1e-3) / 1e9
         row = {"bench": label, "op": op, "problem": p.key(), "dtype": dt, "fused_op": fo, "best": inst.name,
@@ -273,30 +277,6 @@ def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()
         log.write(json.dumps(row) + "\n")
         log.flush()
     return rows
-
-
-def cudnn_time(op: str, p: ConvParams, dt: str, fo: str, t: dict) -> float:
-    """cuDNN through torch (NCHW logical, channels-last memory), incl. the separate residual add."""
-    import triton.testing
-
-    dtype = DATA_TYPES[dt].data
-    N, G, C, K = p.N, p.G, p.C, p.K
-    x = torch.randn(N, G * C, *p.input, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
-    w = torch.randn(G * K, C, *p.filter, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
-    dy = torch.randn(N, G * K, *p.output, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
-    assert p.left_pad == p.right_pad, "cuDNN timing assumes symmetric padding"
-    mask = [op == "conv_bwd_data", op == "conv_bwd_weight", False]
-    resid = torch.randn_like(x) if fo == "add" else None
-
-    def fn():
-        r = torch.ops.aten.convolution_backward(dy, x, w, None, list(p.stride), list(p.left_pad),
-                                                list(p.dilation), False, [0] * p.ndim, G, mask)
-        if resid is not None:
-            return r[0] + resid
-        return r
-
-    fn()
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def fp8_cases() -> list[Case]:

@@ -26,7 +26,8 @@ import triton.testing
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import instance_factory as inf  # noqa: E402
-from instance_factory.ops import make_problem_tensors, prepare  # noqa: E402
+from instance_factory.harness.operands import make_problem_tensors  # noqa: E402
+from instance_factory.ops import prepare  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.registry import get_registry  # noqa: E402
 

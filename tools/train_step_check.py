@@ -218,12 +218,12 @@ class Precompiler:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        from instance_factory.tuning import tuner
+        from instance_factory.tuning.compile_ahead import precompile_init
 
         self.device = device
         self.workers = workers or max(1, min(15, (os.cpu_count() or 2) - 1))
         self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
-                                        initializer=tuner._precompile_init, initargs=(str(device),))
+                                        initializer=precompile_init, initargs=(str(device),))
 
     def compile(self, found: list, timeout_s: float) -> dict:
         if self.pool is None:
@@ -232,14 +232,14 @@ class Precompiler:
 
         from gpu_check import _compile_job
 
-        from instance_factory.tuning import tuner
+        from instance_factory.tuning.compile_ahead import precompile_fits
         from instance_factory.tuning.lookup import lookup
         from instance_factory.verify import Case
 
         t0 = time.time()
         jobs = []
         for p in found:
-            if not tuner.precompile_fits(p.params, self.workers, self.device):
+            if not precompile_fits(p.params, self.workers, self.device):
                 continue
             inst = lookup(p.op, p.params, layout=p.layout, dtype=p.dtype, fused_op=p.fused_op, device=self.device)
             case = Case(p.op, p.params, p.layout, p.dtype, p.fused_op, 1 if p.fused_op == "add" else 0)

@@ -124,7 +124,7 @@ def host_overhead(device: str, n: int) -> list[dict]:
     import torch
 
     import instance_factory as inf
-    from instance_factory.ops import make_problem_tensors
+    from instance_factory.harness.operands import make_problem_tensors
     from instance_factory.problem import ConvParams
 
     lay = "NHWGC/GKYXC/NHWGK"

@@ -30,12 +30,12 @@ from typing import Any
 
 from ..dtypes import DATA_TYPES
 from ..epilogue import FUSED_OPS
+from ..factory import OPS
 from ..layouts import parse_layout
 from ..problem import ConvParams
 
 __all__ = ["EvidenceError", "EvidenceFile", "EvidenceSet", "VerifyRecord", "load_evidence", "read_evidence_file"]
 
-OPS = ("conv_bwd_data", "conv_bwd_weight")
 INTERPRETER_FILE = "interpreter.jsonl"
 GPU_DIR = "gpu"
 _ROW_KEYS = ("op", "problem", "layout", "dtype", "fused_op", "instance", "status")

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from ..epilogue import FUSED_OPS
 from .ck_tables import CK_SOURCES
 from .markdown import DETAIL_HEADER, details_rows
-from .model import Report, _best_per_problem, group_problem_sets
+from .model import Report, best_per_device, group_problem_sets
 from .tables import LEGEND, cell_tokens, ck_comparison, evidence_sources_md, family_header, fused_cell, op_title
 
 __all__ = ["render_html"]
@@ -126,7 +126,7 @@ def _plots(report: Report) -> str:
                 "speedup and roofline plots.</div>")
     from .plots import roofline_png, speedup_png
 
-    best = _best_per_problem(cur)
+    best = best_per_device(cur)
     sets = group_problem_sets(sorted({k.split("|")[4] for k in best["problem_key"]}))
     out = []
     if best["speedup_vs_cudnn"].notna().any():

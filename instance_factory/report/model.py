@@ -24,8 +24,10 @@ from typing import Any
 import pandas as pd
 
 from ..dtypes import DATA_TYPES, DataType
+from ..factory import OPS
 from ..layouts import FAMILIES, parse_layout
-from .evidence import OPS, EvidenceSet, VerifyRecord, load_evidence
+from ..tuning.database import best_per_problem
+from .evidence import EvidenceSet, VerifyRecord, load_evidence
 
 __all__ = ["CPU_DEVICES", "ComboEvidence", "LevelEvidence", "Report", "TuneEvidence", "build_report"]
 
@@ -212,11 +214,9 @@ def _tuning_frame(df: pd.DataFrame, hashes: dict[str, str], notes: list[str]) ->
     return ok.reset_index(drop=True)
 
 
-def _best_per_problem(ok: pd.DataFrame) -> pd.DataFrame:
-    if len(ok) == 0:
-        return ok
-    ranked = ok.sort_values(["problem_key", "device", "median_ms", "instance"], kind="stable")
-    return ranked.drop_duplicates(subset=["problem_key", "device"], keep="first")
+def best_per_device(ok: pd.DataFrame) -> pd.DataFrame:
+    """The fastest ok row per (problem, device), over the software versions of the current rows."""
+    return best_per_problem(ok, group=("problem_key", "device"))
 
 
 def build_report(registry, evidence_dir: str | Path | None = "evidence",
@@ -256,7 +256,7 @@ def build_report(registry, evidence_dir: str | Path | None = "evidence",
             cur = grp[grp["current"]]
             te.problems = int(cur["problem_key"].nunique())
             te.stale_problems = int(grp.loc[~grp["problem_key"].isin(set(cur["problem_key"])), "problem_key"].nunique())
-            best = _best_per_problem(cur)
+            best = best_per_device(cur)
             te.speedups = [float(v) for v in best["speedup_vs_cudnn"] if v == v]
         stale = int((~tuning["current"]).sum())
         if stale:

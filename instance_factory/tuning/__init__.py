@@ -24,7 +24,7 @@ _EXPORTS = {
     "expand_problem_set": "instance_factory.tuning.problems",
     "shard_split": "instance_factory.tuning.problems",
     "tune": "instance_factory.tuning.tuner",
-    "TuneOptions": "instance_factory.tuning.tuner",
+    "TuneOptions": "instance_factory.tuning.options",
     "sweep": "instance_factory.tuning.sweep",
     "summary_table": "instance_factory.tuning.summary",
 }

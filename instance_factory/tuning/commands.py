@@ -101,9 +101,9 @@ def _problems_from_ns(ns: argparse.Namespace, groups: dict[str, list[Any]] | Non
 
 def _cmd_tune(ns: argparse.Namespace) -> int:
     from .database import current_device
+    from .options import FatalDeviceError
     from .summary import summary_table
     from .sweep import sweep
-    from .tuner import FatalDeviceError
 
     groups: dict[str, list[Any]] = {}
     probs = _problems_from_ns(ns, groups)
@@ -252,7 +252,7 @@ def _cmd_bench(ns: argparse.Namespace) -> int:
         res = sweep(probs, db=ns.db, force=ns.force, progress=not ns.quiet, **_tune_options(ns))
         extra.append(res.db)
     elif ns.db:
-        from .tuner import resolve_db
+        from .plan import resolve_db
 
         extra.append(str(resolve_db(ns.db, dev).path))
     rows = load_valid(dev, extra_files=extra)
@@ -304,7 +304,7 @@ def _cmd_db(ns: argparse.Namespace) -> int:
     if ns.action == "evaluate":
         return _evaluate(ns)
     if ns.db:
-        from .tuner import resolve_db
+        from .plan import resolve_db
 
         paths = [resolve_db(ns.db, dev).path]
     else:

@@ -31,9 +31,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .options import TuneOptions
+from .plan import plan_work, resolve_db
 from .problems import Problem, expand_problem_set
-from .sweep import SweepResult, options_with_deadline
-from .tuner import Progress, TuneOptions, plan_work, resolve_db
+from .progress import Progress
+from .sweep import SweepResult
 
 __all__ = ["dask_sweep", "start_local_cluster"]
 
@@ -92,7 +94,8 @@ def _worker_device() -> Any:
 def _tune_task(problem: Problem, names: list[str], options: TuneOptions) -> dict:
     """Tune one problem on this worker's device; returns its rows (nothing is written here)."""
     from ..registry import get_registry
-    from .tuner import FatalDeviceError, tune_problem
+    from .options import FatalDeviceError
+    from .pipeline import tune_problem
 
     reg = get_registry()
     insts = [reg.get(n) for n in names]
@@ -119,7 +122,7 @@ def dask_sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Se
     """Tune a problem set (name, YAML path, dict, or list of Problems) on a Dask cluster; see the
     module docstring. ``client``: an existing ``distributed.Client`` (then ``address`` is unused)."""
     t0 = time.monotonic()
-    opts = options_with_deadline(options, max_minutes, option_kw)
+    opts = TuneOptions.make(options, **option_kw).within(max_minutes)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     owned: list[Any] = []
     if client is None:

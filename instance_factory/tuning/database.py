@@ -427,14 +427,15 @@ def registry_kernel_hashes() -> Callable[[str], str | None]:
     return current
 
 
-def best_per_problem(df: pd.DataFrame) -> pd.DataFrame:
-    """The fastest ``ok`` row per (problem, device, software): derived, never stored.
+def best_per_problem(df: pd.DataFrame, group: Sequence[str] | None = None) -> pd.DataFrame:
+    """The fastest ``ok`` row per (problem, device, software), or per ``group`` columns: derived,
+    never stored (ties: the instance name decides).
 
     Pass rows already filtered by :func:`valid_rows` to get what a lookup would choose.
     """
     ok = df[df["status"] == "ok"]
     if len(ok) == 0:
         return ok
-    group = ["problem_key", *DEVICE_COLS, *SOFTWARE_COLS]
+    group = list(group) if group is not None else ["problem_key", *DEVICE_COLS, *SOFTWARE_COLS]
     ranked = ok.sort_values([*group, "median_ms", "instance"], kind="stable")
     return ranked.drop_duplicates(subset=group, keep="first").reset_index(drop=True)

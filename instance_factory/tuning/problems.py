@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import ConvParams
+from .schema import OPS
 
 __all__ = [
-    "OPS",
     "Problem",
     "expand_problem_set",
     "list_problem_sets",
@@ -37,7 +37,6 @@ __all__ = [
     "shard_split",
 ]
 
-OPS = ("conv_bwd_data", "conv_bwd_weight")
 _PASS_ALIASES = {
     "data": "conv_bwd_data", "bwd_data": "conv_bwd_data", "conv_bwd_data": "conv_bwd_data",
     "weight": "conv_bwd_weight", "bwd_weight": "conv_bwd_weight", "conv_bwd_weight": "conv_bwd_weight",

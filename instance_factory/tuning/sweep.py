@@ -17,7 +17,6 @@ one run, or failed) and where the time went (``stats``; single process only).
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import sys
@@ -27,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .database import TuningDB, merge_files
+from .database import TuningDB, current_device, merge_files
+from .options import TuneOptions
+from .pipeline import torch_device
+from .plan import plan_work, resolve_db
 from .problems import Problem, expand_problem_set, parse_shard, shard_split
-from .tuner import TuneOptions, _torch_device, current_device, plan_work, resolve_db, tune
+from .tuner import tune
 
 __all__ = ["SweepResult", "local_gpu_count", "sweep"]
 
@@ -107,16 +109,6 @@ def local_gpu_count() -> int:
         return 0
 
 
-def options_with_deadline(options: TuneOptions | None, max_minutes: float | None, option_kw: dict) -> TuneOptions:
-    """The sweep's TuneOptions: ``max_minutes`` from now becomes the deadline unless an earlier one is set."""
-    opts = TuneOptions.make(options, **option_kw)
-    if max_minutes is not None:
-        deadline = time.time() + 60.0 * max_minutes
-        if opts.deadline is None or deadline < opts.deadline:
-            opts = dataclasses.replace(opts, deadline=deadline)
-    return opts
-
-
 def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequence[str] | None = None,
           layout: str | Sequence[str] = "nhwgc", shard: tuple[int, int] | str | None = None,
           force: bool = False, db: Any = None, *, fused_op: str = "passthrough", workers: int | None = 1,
@@ -129,11 +121,11 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     ``deadline`` option wins).
     """
     t0 = time.monotonic()
-    opts = options_with_deadline(options, max_minutes, option_kw)
+    opts = TuneOptions.make(options, **option_kw).within(max_minutes)
     problems = expand_problem_set(problem_set, dtypes=dtypes, passes=passes, layout=layout, fused_op=fused_op)
     mine = {p.key for p in shard_split(problems, parse_shard(shard))}
     problems = [p for p in problems if p.key in mine]  # this shard's, in the set's order
-    tdev = _torch_device(device)
+    tdev = torch_device(device)
     dinfo = current_device(tdev)
     target = resolve_db(db, dinfo)
     plan = plan_work(problems, target, dinfo, opts, force=force)

@@ -33,21 +33,26 @@ def measure(problem: Problem, inst: Any, *, device: Any = None, cudnn: bool = Tr
     """Time the public call with ``inst`` (and torch/cuDNN) on fresh random data: {"ms", "cudnn_ms",
     "cudnn_impl", "rel_err", "verified"}; a result outside the dtype's tolerance is ``verified=False``."""
     from ..dtypes import DATA_TYPES
-    from . import tuner
+    from ..harness import checks, timing
+    from ..harness.cudnn import time_torch
+    from ..harness.operands import make_case, op_call, ref_norms
+    from ..reference import result_errors
+    from .pipeline import torch_device
 
-    tdev = tuner._torch_device(device)
-    opts = tuner.TuneOptions(rep_ms=rep_ms, warmup_ms=10.0, cpu_reps=2)
-    case = tuner._make_case(problem, tdev, opts, reference=verify)
+    tdev = torch_device(device)
+    warmup_ms, cpu_reps = 10.0, 2
+    case = make_case(problem, tdev, reference=verify)
     out: dict[str, Any] = {"rel_err": math.nan, "verified": None}
     if verify:
-        got, _ = tuner._run_verified(case, inst)
-        rel, _ = tuner._errors(got, case.ref, tuner._ref_norms(case))
+        got, _ = checks.run_poisoned(case, inst)
+        rel, _ = result_errors(got, case.ref, ref_norms(case))
         out["rel_err"], out["verified"] = rel, rel <= DATA_TYPES[problem.dtype].tolerance
         case.ref = None  # free it before timing
-    fn = tuner._call(case, inst)
-    t = tuner._time_gpu(fn, opts.warmup_ms, opts.rep_ms) if tdev.type == "cuda" else tuner._time_cpu(fn, 2)
+    fn = op_call(case, inst)
+    t = timing.time_gpu(fn, warmup_ms, rep_ms) if tdev.type == "cuda" else timing.time_cpu(fn, cpu_reps)
     out["ms"] = t.median_ms
-    out["cudnn_ms"], out["cudnn_impl"], _ = tuner._time_torch(case, opts) if cudnn else (None, "", "")
+    out["cudnn_ms"], out["cudnn_impl"], _ = (time_torch(case, warmup_ms, rep_ms, cpu_reps) if cudnn
+                                             else (None, "", ""))
     return out
 
 
