@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .algorithms import ALGORITHMS, load_kernel_modules
+from .algorithms import ALGORITHMS
 from .dtypes import DATA_TYPES
 from .epilogue import FUSED_OPS
 from .instance import Instance
@@ -164,6 +164,18 @@ def _expand_family(path: Path, op: str, idx: int, fam: dict) -> tuple[list[dict]
                 raise ConfigError(path, f"{entry}.params.{p}",
                                   f"value {v!r} survives in no config (impossible tile): {why}")
     return kept, culled
+
+
+def load_kernel_modules() -> None:
+    """Import every kernel module: each registers its algorithms in ``ALGORITHMS`` when imported (kept
+    explicit, no plugin magic; here, not in algorithms.py, so the table's layer never imports kernels)."""
+    from .kernels import (  # noqa: F401
+        bwd_data_igemm,
+        bwd_weight_igemm,
+        depthwise_wgrad,
+        direct_grouped,
+        grouped_blockdiag,
+    )
 
 
 def expand_file(path: Path | str) -> Expansion:

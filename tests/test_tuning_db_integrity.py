@@ -259,7 +259,7 @@ def test_tuner_stores_a_one_element_corruption_as_failed(tmp_path, monkeypatch):
     """End to end in the tuner: zero one result element whose error hides in the norm."""
     from instance_factory.problem import ConvParams
     from instance_factory.tuning import tuner as T
-    from instance_factory.tuning.problems import Problem
+    from instance_factory.tuning.problem_sets import Problem
 
     params = ConvParams(2, 1, 4, 8, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))  # 4096 outputs
     prob = Problem("conv_bwd_data", params, LAYOUT, "bf16")

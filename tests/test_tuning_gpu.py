@@ -12,7 +12,7 @@ from instance_factory.tuning import lookup as L
 from instance_factory.tuning import tuner as T
 from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import read_db
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 
 pytestmark = pytest.mark.gpu
 

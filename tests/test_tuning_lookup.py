@@ -16,7 +16,7 @@ from instance_factory.registry import get_registry
 from instance_factory.tuning import lookup as L
 from instance_factory.tuning._testing import isolated_tiers, synthetic_row
 from instance_factory.tuning.database import TuningDB, current_device, read_db
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 
 LAYOUT = "NHWGC/GKYXC/NHWGK"
 P = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))

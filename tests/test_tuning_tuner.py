@@ -16,7 +16,7 @@ from instance_factory.tuning import lookup as L
 from instance_factory.tuning import tuner as T
 from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import TuningDB, read_db
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 from instance_factory.tuning.summary import summary_table
 from instance_factory.tuning.sweep import sweep
 

@@ -34,7 +34,7 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .geometry import ConvGeometry, stride_phases
+from ..geometry import ConvGeometry, stride_phases
 from .host import is_pow2
 
 __all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "bind", "check_config", "decline"]

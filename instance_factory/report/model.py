@@ -296,7 +296,7 @@ def build_report(registry, evidence_dir: str | Path | None = "evidence",
 
 def group_problem_sets(keys: list[str]) -> dict[str, list[str]]:
     """ConvParams key -> names of the shipped problem sets that contain it (empty if none)."""
-    from ..tuning.problems import list_problem_sets, load_problem_set
+    from ..tuning.problem_sets import list_problem_sets, load_problem_set
 
     out: dict[str, list[str]] = defaultdict(list)
     for name in list_problem_sets():

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .problems import Problem, expand_problem_set
+from .problem_sets import Problem, expand_problem_set
 from .sweep import SweepResult
 from .tuner import Progress, TuneOptions, plan_work, resolve_db
 

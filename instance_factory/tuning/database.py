@@ -198,7 +198,7 @@ def current_software() -> Software:
         import torch
         import triton
 
-        from .. import __version__
+        from ..version import __version__
 
         _SOFTWARE.append(Software(str(triton.__version__), str(torch.__version__), str(__version__)))
     return _SOFTWARE[0]
@@ -351,7 +351,7 @@ class TuningDB:
 
 def merge_files(sources: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
                 remove_sources: bool = False) -> int:
-    """``instance-factory tune merge``: shards -> one file (best row per identity); returns rows."""
+    """``instance-factory merge``: shards -> one file (best row per identity); returns rows."""
     return TuningDB(dest).merge_from(sources, remove_sources=remove_sources)
 
 

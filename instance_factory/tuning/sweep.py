@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .database import TuningDB, merge_files
-from .problems import Problem, expand_problem_set, parse_shard, shard_split
+from .problem_sets import Problem, expand_problem_set, parse_shard, shard_split
 from .tuner import TuneOptions, _torch_device, current_device, plan_work, resolve_db, tune
 
 __all__ = ["SweepResult", "local_gpu_count", "sweep"]

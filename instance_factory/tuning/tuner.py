@@ -84,7 +84,7 @@ from .database import (
     user_db_path,
     valid_rows,
 )
-from .problems import Problem
+from .problem_sets import Problem
 
 __all__ = [
     "FatalDeviceError",
