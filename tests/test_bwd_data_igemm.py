@@ -17,8 +17,8 @@ import triton.language as tl  # noqa: E402
 from instance_factory.algorithms import ALGORITHMS, RunArgs, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
-from instance_factory.kernels import bwd_data_igemm as mod  # noqa: E402
 from instance_factory.geometry import ConvGeometry, stride_phases  # noqa: E402
+from instance_factory.kernels import bwd_data_igemm as mod  # noqa: E402
 from instance_factory.layouts import FAMILIES, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.reference import ref_conv_bwd_data, rel_error  # noqa: E402

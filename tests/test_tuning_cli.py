@@ -7,11 +7,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import argparse
 
 import pytest
+from tuning_helpers import isolated_tiers
 
 from instance_factory.cli import main
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import commands
-from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import read_db
 from instance_factory.tuning.problem_sets import Problem
 
@@ -104,9 +104,10 @@ def test_tune_max_minutes_stops_cleanly_and_a_rerun_resumes(tiers, tmp_path, cap
 def test_lookup_explain_bench_untuned_and_db_evaluate(tiers, tmp_path, capsys):
     """lookup --explain shows the cost model's ranking and neighbours; bench --untuned puts the untuned
     default (measured now: it has no row) beside the tuned best; db evaluate scores the policy."""
+    from tuning_helpers import synthetic_row
+
     from instance_factory.registry import get_registry
     from instance_factory.tuning import lookup as L
-    from instance_factory.tuning._testing import synthetic_row
 
     user, _ = tiers
     near = Problem("conv_bwd_data", ConvParams(2, 1, 1, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),

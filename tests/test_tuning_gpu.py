@@ -6,11 +6,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
+from tuning_helpers import isolated_tiers
 
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import lookup as L
 from instance_factory.tuning import tuner as T
-from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import read_db
 from instance_factory.tuning.problem_sets import Problem
 

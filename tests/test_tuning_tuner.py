@@ -8,13 +8,13 @@ import dataclasses
 
 import pytest
 import torch
+from tuning_helpers import isolated_tiers
 
 from instance_factory.algorithms import ALGORITHMS
 from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
 from instance_factory.tuning import lookup as L
 from instance_factory.tuning import tuner as T
-from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import TuningDB, read_db
 from instance_factory.tuning.problem_sets import Problem
 from instance_factory.tuning.summary import summary_table
@@ -304,7 +304,8 @@ def _simulate_gpu(monkeypatch, pr):
 
 
 def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win(tiers, monkeypatch):
-    from instance_factory.tuning._testing import synthetic_row
+    from tuning_helpers import synthetic_row
+
     from instance_factory.tuning.database import _frame, best_per_problem, keep_best
 
     pr = Problem("conv_bwd_weight", P, LAYOUT, "fp16", name="tiny")
