@@ -118,9 +118,5 @@ class Instance:
             return f"instance fuses {self.fused_op!r}, the call asks for {fused_op!r}"
         return self.alg.decline(self.cfg, params, lt, self.data_type, FUSED_OPS[self.fused_op])
 
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "op": self.op, "algorithm": self.algorithm, "layout": self.layout.name,
-                "ndim": self.ndim, "dtype": self.dtype, "fused_op": self.fused_op, **self.cfg}
-
     def __repr__(self) -> str:
         return f"Instance({self.name})"

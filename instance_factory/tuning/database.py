@@ -113,7 +113,6 @@ __all__ = [
 
 DEVICE_COLS = ("device", "device_cc", "device_sms")
 SOFTWARE_COLS = ("triton_version", "torch_version", "package_version")
-_typed = typed
 
 
 class DamagedTierWarning(UserWarning):
@@ -238,18 +237,6 @@ def user_db_path(device_kind: str) -> Path:
 # --------------------------------------------------------------------------------------------
 # combining rows
 # --------------------------------------------------------------------------------------------
-def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """Rows of ``old`` and ``new``; a ``new`` row replaces an ``old`` one with the same identity."""
-    if len(old) == 0:
-        both = new
-    elif len(new) == 0:
-        both = old
-    else:
-        both = pd.concat([typed(old), typed(new)], ignore_index=True)
-    both = both.drop_duplicates(subset=list(IDENTITY), keep="last")
-    return sort_rows(typed(both))
-
-
 def keep_best(df: pd.DataFrame) -> pd.DataFrame:
     """One row per identity: an ``ok`` row before a failed one, then the fastest, then the newest;
     a full tie goes to the row whose file text sorts first (the result never depends on the order

@@ -156,7 +156,6 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
 
 def _worker_main(j: int, problems: list[Problem], todo: dict[str, list[str]], shard_db: str,
                  opts: TuneOptions, progress: bool, device: str) -> None:
-    os.environ.setdefault("INSTANCE_FACTORY_WORKER", str(j))
     try:
         tune(problems, db=TuningDB(shard_db), device=device, options=opts, progress=progress, todo=todo)
     except Exception as exc:
