@@ -22,7 +22,7 @@ from .algorithms import ALGORITHMS
 from .dtypes import DATA_TYPES
 from .epilogue import FUSED_OPS
 from .instance import Instance
-from .layouts import FAMILIES
+from .layouts import LAYOUT_FAMILIES
 
 __all__ = ["ConfigError", "Culled", "Expansion", "expand_file", "expand_files"]
 
@@ -213,7 +213,7 @@ def expand_file(path: Path | str) -> Expansion:
         _want(not unknown, path, entry, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_SUPPORT_KEYS)}")
         for key in ("layouts", "ndims", "dtypes", "fused_ops"):
             _want(key in sup, path, entry, f"missing key {key!r}")
-        lays = _list_of(sup["layouts"], str, path, f"{entry}.layouts", list(FAMILIES))
+        lays = _list_of(sup["layouts"], str, path, f"{entry}.layouts", list(LAYOUT_FAMILIES))
         ndims = _list_of(sup["ndims"], int, path, f"{entry}.ndims", [1, 2, 3])
         dts = _list_of(sup["dtypes"], str, path, f"{entry}.dtypes", list(DATA_TYPES))
         fops = _list_of(sup["fused_ops"], str, path, f"{entry}.fused_ops", list(FUSED_OPS))

@@ -175,9 +175,9 @@ def _cmd_lookup(ns: argparse.Namespace) -> int:
             return 2
         op, layout, dtype, fused, pkey = normalize_pass(ns.op), ns.layout, ns.dtype, ns.fused_op, ns.params
     params = ConvParams.from_key(pkey)
-    from ..layouts import FAMILIES, layout_for
+    from ..layouts import LAYOUT_FAMILIES, layout_for
 
-    if layout.lower() in FAMILIES:
+    if layout.lower() in LAYOUT_FAMILIES:
         layout = layout_for(layout.lower(), params.ndim).name
     import warnings
 
