@@ -173,6 +173,22 @@ def test_tune_policy_tunes_stores_and_returns_the_winner(tiers):
     assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "exact (user tier)"
 
 
+def test_tune_policy_calls_the_registered_tuner_and_errors_without_one(tiers):
+    # lookup never imports the tuner: the "tune" policy runs whatever the composition root registered
+    calls = []
+    saved = list(L._TUNE_ON_MISS)
+    try:
+        L.set_tune_on_miss(lambda *args: calls.append(args))
+        with pytest.warns(L.TuningMissWarning), pytest.raises(L.TuningMissError, match="found no instance"):
+            look(policy="tune")  # the stand-in stored no rows
+        assert calls == [("conv_bwd_data", P, LAYOUT, "fp16", "passthrough", None)]
+        L.set_tune_on_miss(None)
+        with pytest.raises(L.TuningMissError, match="no tuner is registered"):
+            L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16", policy="tune")
+    finally:
+        L._TUNE_ON_MISS[:] = saved
+
+
 def test_repeated_hit_is_cheap(tiers):
     user, _ = tiers
     a = runnable()[0][0]
