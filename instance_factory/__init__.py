@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from .tuning.lookup import set_tune_on_miss
+from .version import __version__
 
 _EXPORTS = {
     "ConvParams": "instance_factory.problem",
@@ -26,6 +27,16 @@ _EXPORTS = {
 }
 
 __all__ = [*_EXPORTS, "__version__"]
+
+
+def _tune_on_miss(*args: Any) -> None:
+    # the lookup's "tune" miss policy, injected here so that lookup (run time) never imports the tuner
+    from .tuning.tune_on_miss import tune_on_miss
+
+    tune_on_miss(*args)
+
+
+set_tune_on_miss(_tune_on_miss)
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,6 @@ registry, the public ops and the tuner only talk to kernels through this table.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import torch
 
 from .dtypes import DataType
 from .epilogue import FusedOp
-from .kernels.geometry import ConvGeometry
+from .geometry import ConvGeometry
 from .layouts import LayoutTriple
 from .problem import ConvParams
 
@@ -80,21 +79,6 @@ class Algorithm:
 
 
 ALGORITHMS: dict[tuple[str, str], Algorithm] = {}
-
-# Modules that register kernel families when imported (kept explicit: no plugin magic).
-KERNEL_MODULES = (
-    "instance_factory.kernels.bwd_data_igemm",
-    "instance_factory.kernels.bwd_weight_igemm",
-    "instance_factory.kernels.direct_grouped",
-    "instance_factory.kernels.depthwise_wgrad",
-    "instance_factory.kernels.grouped_blockdiag",
-)
-
-
-def load_kernel_modules() -> None:
-    for mod in KERNEL_MODULES:
-        importlib.import_module(mod)
-
 
 def register_algorithm(alg: Algorithm) -> Algorithm:
     ALGORITHMS[(alg.op, alg.name)] = alg

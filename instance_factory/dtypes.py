@@ -26,10 +26,6 @@ class DataType:
     # element of typical size costs ~0.2 (max|ref| is ~4.5 rms on 64k elements)
     max_tolerance: float
 
-    @property
-    def short(self) -> str:
-        return self.name
-
 
 DATA_TYPES: dict[str, DataType] = {
     d.name: d

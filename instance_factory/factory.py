@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from .algorithms import ALGORITHMS, load_kernel_modules
+from .algorithms import ALGORITHMS
 from .dtypes import DATA_TYPES
 from .epilogue import FUSED_OPS
 from .instance import Instance
-from .layouts import FAMILIES
+from .layouts import LAYOUT_FAMILIES
 
 __all__ = ["ConfigError", "Culled", "Expansion", "expand_file", "expand_files"]
 
@@ -166,6 +166,18 @@ def _expand_family(path: Path, op: str, idx: int, fam: dict) -> tuple[list[dict]
     return kept, culled
 
 
+def load_kernel_modules() -> None:
+    """Import every kernel module: each registers its algorithms in ``ALGORITHMS`` when imported (kept
+    explicit, no plugin magic; here, not in algorithms.py, so the table's layer never imports kernels)."""
+    from .kernels import (  # noqa: F401
+        bwd_data_igemm,
+        bwd_weight_igemm,
+        depthwise_wgrad,
+        direct_grouped,
+        grouped_blockdiag,
+    )
+
+
 def expand_file(path: Path | str) -> Expansion:
     """Validate and expand one config file."""
     load_kernel_modules()
@@ -201,7 +213,7 @@ def expand_file(path: Path | str) -> Expansion:
         _want(not unknown, path, entry, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_SUPPORT_KEYS)}")
         for key in ("layouts", "ndims", "dtypes", "fused_ops"):
             _want(key in sup, path, entry, f"missing key {key!r}")
-        lays = _list_of(sup["layouts"], str, path, f"{entry}.layouts", list(FAMILIES))
+        lays = _list_of(sup["layouts"], str, path, f"{entry}.layouts", list(LAYOUT_FAMILIES))
         ndims = _list_of(sup["ndims"], int, path, f"{entry}.ndims", [1, 2, 3])
         dts = _list_of(sup["dtypes"], str, path, f"{entry}.dtypes", list(DATA_TYPES))
         fops = _list_of(sup["fused_ops"], str, path, f"{entry}.fused_ops", list(FUSED_OPS))

@@ -1,4 +1,4 @@
-"""Instances: one kernel family + one tile/pipeline config + one supported combination.
+"""Instances: one kernel algorithm + one tile/pipeline config + one supported combination.
 
 The procedural name encodes every parameter and is the registry key and the filter target, e.g.
 ``conv_bwd_data-igemm-NHWGC_GKYXC_NHWGK-fp16-passthrough-m128_n128_k32_gm8_w4_s3_default``.
@@ -39,7 +39,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
 
 
 def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:
-    """``m128_n128_k32_gm8_w4_s3_default``: every parameter, in the family's declared order."""
+    """``m128_n128_k32_gm8_w4_s3_default``: every parameter, in the algorithm's declared order."""
     parts = []
     for p in alg.param_names:
         v = cfg[p]
@@ -48,8 +48,8 @@ def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:
 
 
 @functools.cache
-def _layout_tag(family: str, ndim: int) -> str:
-    return layout_for(family, ndim).name.replace("/", "_")
+def _layout_tag(layout_family: str, ndim: int) -> str:
+    return layout_for(layout_family, ndim).name.replace("/", "_")
 
 
 @functools.cache
@@ -62,11 +62,11 @@ def _config_tag_cached(op: str, algorithm: str, config: tuple[tuple[str, Any], .
 class Instance:
     op: str
     algorithm: str
-    family: str  # layout family, e.g. "nhwgc"
+    layout_family: str  # layout family, e.g. "nhwgc"
     ndim: int
     dtype: str  # DataType name
     fused_op: str
-    config: tuple[tuple[str, Any], ...]  # (param, value) in the family's declared order
+    config: tuple[tuple[str, Any], ...]  # (param, value) in the algorithm's declared order
     source: str = ""  # the YAML file and entry it came from
 
     @functools.cached_property
@@ -80,7 +80,7 @@ class Instance:
 
     @property
     def layout(self) -> LayoutTriple:
-        return layout_for(self.family, self.ndim)
+        return layout_for(self.layout_family, self.ndim)
 
     @property
     def data_type(self) -> DataType:
@@ -88,12 +88,12 @@ class Instance:
 
     @functools.cached_property
     def name(self) -> str:
-        return (f"{self.op}-{self.algorithm}-{_layout_tag(self.family, self.ndim)}-{self.dtype}-{self.fused_op}-"
+        return (f"{self.op}-{self.algorithm}-{_layout_tag(self.layout_family, self.ndim)}-{self.dtype}-{self.fused_op}-"
                 f"{_config_tag_cached(self.op, self.algorithm, self.config)}")
 
     @functools.cached_property
     def kernel_hash(self) -> str:
-        """Hash of the family's kernel code (:func:`~instance_factory.kernel_identity.kernel_code_hash`)
+        """Hash of the algorithm's kernel code (:func:`~instance_factory.kernel_identity.kernel_code_hash`)
         and this config: a tuned row or a verification is stale when it changes."""
         blob = json.dumps([kernel_code_hash(self.alg.kernels), self.op, self.algorithm, self.config],
                           default=str)
@@ -101,7 +101,7 @@ class Instance:
 
     @property
     def combination(self) -> tuple[str, str, str, int, str]:
-        return (self.op, self.family, self.dtype, self.ndim, self.fused_op)
+        return (self.op, self.layout_family, self.dtype, self.ndim, self.fused_op)
 
     def decline(self, params: ConvParams, layout: str | LayoutTriple | None = None,
                 dtype: str | DataType | None = None, fused_op: str | None = None) -> str | None:
@@ -109,7 +109,7 @@ class Instance:
         lt = self.layout if layout is None else parse_layout(layout)
         if params.ndim != self.ndim:
             return f"instance is for {self.ndim}D problems, the problem is {params.ndim}D"
-        if lt.family != self.family:
+        if lt.family != self.layout_family:
             return f"instance is for layout {self.layout.name}, the problem uses {lt.name}"
         dname = self.dtype if dtype is None else (dtype if isinstance(dtype, str) else dtype.name)
         if dname != self.dtype:
@@ -117,10 +117,6 @@ class Instance:
         if fused_op is not None and fused_op != self.fused_op:
             return f"instance fuses {self.fused_op!r}, the call asks for {fused_op!r}"
         return self.alg.decline(self.cfg, params, lt, self.data_type, FUSED_OPS[self.fused_op])
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "op": self.op, "algorithm": self.algorithm, "layout": self.layout.name,
-                "ndim": self.ndim, "dtype": self.dtype, "fused_op": self.fused_op, **self.cfg}
 
     def __repr__(self) -> str:
         return f"Instance({self.name})"

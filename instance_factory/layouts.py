@@ -12,32 +12,32 @@ from dataclasses import dataclass
 from .problem import ConvParams
 
 __all__ = [
-    "FAMILIES",
+    "LAYOUT_FAMILIES",
     "LayoutTriple",
     "all_layouts",
     "layout_for",
     "parse_layout",
 ]
 
-# family name -> per-ndim (input, weight, output) layout strings, exactly as CK writes them
+# layout family name -> per-ndim (input, weight, output) layout strings, exactly as CK writes them
 _SPATIAL_ACT = {1: "W", 2: "HW", 3: "DHW"}
 _SPATIAL_WEI = {1: "X", 2: "YX", 3: "ZYX"}
 
 
-def _family_triples(family: str, ndim: int) -> tuple[str, str, str]:
+def _layout_family_triples(layout_family: str, ndim: int) -> tuple[str, str, str]:
     a, w = _SPATIAL_ACT[ndim], _SPATIAL_WEI[ndim]
-    if family == "nhwgc":
+    if layout_family == "nhwgc":
         return f"N{a}GC", f"GK{w}C", f"N{a}GK"
-    if family == "gnhwc":
+    if layout_family == "gnhwc":
         return f"GN{a}C", f"GK{w}C", f"GN{a}K"
-    if family == "ngchw":
+    if layout_family == "ngchw":
         return f"NGC{a}", f"GK{w}C", f"NGK{a}"
-    if family == "ngchw_kcyx":
+    if layout_family == "ngchw_kcyx":
         return f"NGC{a}", f"GKC{w}", f"NGK{a}"
-    raise ValueError(f"unknown layout family {family!r}")
+    raise ValueError(f"unknown layout family {layout_family!r}")
 
 
-FAMILIES: dict[str, str] = {
+LAYOUT_FAMILIES: dict[str, str] = {
     "nhwgc": "channels-last grouped",
     "gnhwc": "group-major",
     "ngchw": "channels-first",
@@ -49,7 +49,7 @@ FAMILIES: dict[str, str] = {
 class LayoutTriple:
     """One CK layout triple for one ndim, e.g. ``NHWGC/GKYXC/NHWGK``."""
 
-    family: str
+    family: str  # the layout family, e.g. "nhwgc" (kernels' families are called algorithms)
     ndim: int
     input: str
     weight: str
@@ -99,11 +99,11 @@ class LayoutTriple:
 def all_layouts(ndim: int | None = None) -> list[LayoutTriple]:
     """Every layout triple of the contract (optionally for one ndim)."""
     ndims = (1, 2, 3) if ndim is None else (ndim,)
-    return [LayoutTriple(f, n, *_family_triples(f, n)) for f in FAMILIES for n in ndims]
+    return [LayoutTriple(f, n, *_layout_family_triples(f, n)) for f in LAYOUT_FAMILIES for n in ndims]
 
 
-def layout_for(family: str, ndim: int) -> LayoutTriple:
-    return LayoutTriple(family, ndim, *_family_triples(family, ndim))
+def layout_for(layout_family: str, ndim: int) -> LayoutTriple:
+    return LayoutTriple(layout_family, ndim, *_layout_family_triples(layout_family, ndim))
 
 
 _BY_NAME = {lt.name: lt for lt in all_layouts()}

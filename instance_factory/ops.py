@@ -16,8 +16,8 @@ import torch
 from .algorithms import RunArgs, Runner, interpreting
 from .dtypes import DataType, resolve_dtype
 from .epilogue import FusedOp, resolve_fused_op
+from .geometry import ConvGeometry
 from .instance import Instance
-from .kernels.geometry import ConvGeometry
 from .layouts import LayoutTriple, parse_layout
 from .problem import ConvParams
 from .registry import get_registry

@@ -33,7 +33,7 @@ def config_dir() -> Path:
     return Path(env) if env else _shipped_config_dir()
 
 
-def _family_of(layout: str | LayoutTriple | None) -> str | None:
+def _layout_family_of(layout: str | LayoutTriple | None) -> str | None:
     """Accept a layout family name ("nhwgc") or a CK triple ("NHWGC/GKYXC/NHWGK")."""
     if layout is None:
         return None
@@ -45,9 +45,9 @@ def _family_of(layout: str | LayoutTriple | None) -> str | None:
 
 
 def spread_over_families(items: list[Instance], limit: int | None) -> list[Instance]:
-    """At most ``limit`` instances: round-robin over the kernel families, the family with the fewest
-    instances first (the specialized ones, e.g. ``direct`` for depthwise), each family's instances
-    in registry order, so a small limit still samples every family and the likeliest fits first."""
+    """At most ``limit`` instances: round-robin over the kernel families, the algorithm with the fewest
+    instances first (the specialized ones, e.g. ``direct`` for depthwise), each algorithm's instances
+    in registry order, so a small limit still samples every algorithm and the likeliest fits first."""
     if limit is None or len(items) <= limit:
         return list(items)
     by_alg: dict[str, list[Instance]] = {}
@@ -97,7 +97,7 @@ class Registry:
                   dtype: str | None = None, ndim: int | None = None, fused_op: str | None = None,
                   pattern: str | None = None, algorithm: str | None = None) -> list[Instance]:
         """All instances matching every filter given (None matches anything)."""
-        fam = _family_of(layout)
+        fam = _layout_family_of(layout)
         out = []
         for (o, f, d, n, fo), insts in self._by_combo.items():
             if (op and o != op) or (fam and f != fam) or (dtype and d != dtype) or (ndim and n != ndim) \
@@ -116,7 +116,7 @@ class Registry:
             raise KeyError(f"no instance named {name!r} in the registry{hint}") from None
 
     def is_declared(self, op: str, layout: str | LayoutTriple, dtype: str, ndim: int, fused_op: str) -> bool:
-        return (op, _family_of(layout), dtype, ndim, fused_op) in self.declared
+        return (op, _layout_family_of(layout), dtype, ndim, fused_op) in self.declared
 
     def candidates(self, op: str, params: ConvParams, layout: str | LayoutTriple, dtype: str | DataType,
                    fused_op: str) -> tuple[list[Instance], list[tuple[Instance, str]]]:

@@ -17,9 +17,9 @@ import triton.language as tl  # noqa: E402
 from instance_factory.algorithms import ALGORITHMS, RunArgs, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
+from instance_factory.geometry import ConvGeometry, stride_phases  # noqa: E402
 from instance_factory.kernels import bwd_data_igemm as mod  # noqa: E402
-from instance_factory.kernels.geometry import ConvGeometry, stride_phases  # noqa: E402
-from instance_factory.layouts import FAMILIES, layout_for  # noqa: E402
+from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.reference import ref_conv_bwd_data, rel_error  # noqa: E402
 
@@ -74,7 +74,7 @@ _BY_NDIM = {
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
 def test_layouts_every_ndim(family, ndim):
     run_case(_BY_NDIM[ndim], family)
 
@@ -219,7 +219,7 @@ _ONE_BY_ONE = {
 }
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_spec_1x1(ndim, family):
     run_case(_ONE_BY_ONE[ndim], family, "fp32", cfg=dict(spec="1x1s1p0"))

@@ -20,8 +20,11 @@ from instance_factory.algorithms import ALGORITHMS, RunArgs  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
 from instance_factory.kernels import bwd_weight_igemm as bw  # noqa: E402
-from instance_factory.layouts import FAMILIES as LAYOUT_FAMILIES  # noqa: E402
-from instance_factory.layouts import all_layouts, layout_for  # noqa: E402
+from instance_factory.layouts import (  # noqa: E402
+    LAYOUT_FAMILIES,  # noqa: E402
+    all_layouts,
+    layout_for,
+)
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.reference import ref_conv_bwd_weight, rel_error  # noqa: E402
 

@@ -20,7 +20,7 @@ from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
 from instance_factory.kernels import depthwise_wgrad as dw_mod  # noqa: E402
 from instance_factory.kernels import direct_grouped as mod  # noqa: E402
-from instance_factory.layouts import FAMILIES, layout_for  # noqa: E402
+from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error  # noqa: E402
 
@@ -172,7 +172,7 @@ def test_declines(alg):
     reason = alg.decline(cfg, ok, lt, DATA_TYPES["fp16_fp8"], fused)
     assert reason and "fp8" in reason
     for name in ("fp32", "fp32_tf32", "fp16", "bf16"):
-        for layout_ in (layout_for(f, 2) for f in FAMILIES):
+        for layout_ in (layout_for(f, 2) for f in LAYOUT_FAMILIES):
             for fop in FUSED_OPS.values():
                 assert alg.decline(cfg, ok, layout_, DATA_TYPES[name], fop) is None
     wide = P(2, 8, 1, 8, 8, (3, 3), (4, 4), (1, 1), (1, 1), (1, 1), (1, 1))
@@ -199,7 +199,7 @@ def test_auto_split():
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("op_name", OPS)
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
 def test_layouts_ndims(op_name, ndim, family):
     """Every layout family x ndim, C != K (C=2, K=3), stride/dilation/asymmetric pads."""
     check(op_name, shape(ndim, G=3, K=3, C=2), seed=ndim)
@@ -366,7 +366,7 @@ def test_weight_split_reduce_many_steps():
 # the depthwise bwd-weight family (C = K = 1, one filter row per program)
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
 def test_depthwise_family_layouts_ndims(ndim, family):
     check("weight", shape(ndim, G=5, K=1, C=1), family=family, depthwise=True, seed=51)
 

@@ -6,7 +6,7 @@ import pytest
 
 from instance_factory.tuning.cost_model import conv_class
 from instance_factory.tuning.database import read_db, split_problem_key
-from instance_factory.tuning.problems import expand_problem_set, list_problem_sets, load_problem_set
+from instance_factory.tuning.problem_sets import expand_problem_set, list_problem_sets, load_problem_set
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from instance_factory.tuning.classes import (
     with_ceilings,
     write_summary_csv,
 )
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 
 
 def params(G, K, C):

@@ -7,13 +7,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import argparse
 
 import pytest
+from tuning_helpers import isolated_tiers
 
 from instance_factory.cli import main
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import commands
-from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import read_db
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 
 LAYOUT = "NHWGC/GKYXC/NHWGK"
 P = ConvParams(2, 1, 1, 8, 8, (3, 3), (4, 4), (1, 1), (1, 1), (1, 1), (1, 1))
@@ -82,7 +82,7 @@ def test_lookup_error_policy_exit_code(tiers, capsys):
 def test_extract_wav2vec2_to_yaml(tmp_path, capsys):
     out = tmp_path / "w.yaml"
     assert main(["extract", "wav2vec2", "--batch", "2", "--input", "1x16000", "-o", str(out)]) == 0
-    from instance_factory.tuning.problems import expand_problem_set
+    from instance_factory.tuning.problem_sets import expand_problem_set
 
     probs = expand_problem_set(str(out))
     assert len({p.params for p in probs}) == 8 and all(p.params.N == 2 for p in probs)
@@ -104,9 +104,10 @@ def test_tune_max_minutes_stops_cleanly_and_a_rerun_resumes(tiers, tmp_path, cap
 def test_lookup_explain_bench_untuned_and_db_evaluate(tiers, tmp_path, capsys):
     """lookup --explain shows the cost model's ranking and neighbours; bench --untuned puts the untuned
     default (measured now: it has no row) beside the tuned best; db evaluate scores the policy."""
+    from tuning_helpers import synthetic_row
+
     from instance_factory.registry import get_registry
     from instance_factory.tuning import lookup as L
-    from instance_factory.tuning._testing import synthetic_row
 
     user, _ = tiers
     near = Problem("conv_bwd_data", ConvParams(2, 1, 1, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),

@@ -16,7 +16,7 @@ distributed = pytest.importorskip("distributed")
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.tuning.dask_sweep import dask_sweep  # noqa: E402
 from instance_factory.tuning.database import read_db  # noqa: E402
-from instance_factory.tuning.problems import Problem  # noqa: E402
+from instance_factory.tuning.problem_sets import Problem  # noqa: E402
 from instance_factory.tuning.sweep import sweep  # noqa: E402
 
 LAYOUT = "NHWGC/GKYXC/NHWGK"

@@ -27,8 +27,7 @@ from instance_factory.tuning import lookup as L
 sys.path.insert(0, str(Path(__file__).parent))
 from test_tuning_database import LAYOUT, P, row  # noqa: E402
 from test_tuning_lookup import PROB, look, runnable  # noqa: E402
-
-from instance_factory.tuning._testing import isolated_tiers, synthetic_row  # noqa: E402
+from tuning_helpers import isolated_tiers, synthetic_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = D.problem_key("conv_bwd_data", P, LAYOUT, "fp16")
@@ -163,7 +162,7 @@ def test_lookup_sees_rows_another_process_writes(tiers, monkeypatch):
         sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_tuning_lookup import PROB
         from instance_factory.registry import get_registry
-        from instance_factory.tuning._testing import synthetic_row
+        from tuning_helpers import synthetic_row
         from instance_factory.tuning.database import TuningDB
         TuningDB({str(user.path)!r}).add([synthetic_row(PROB, get_registry().get({b.name!r}), 0.5)])
     """
@@ -261,7 +260,7 @@ def test_tuner_stores_a_one_element_corruption_as_failed(tmp_path, monkeypatch):
     from instance_factory.harness import checks
     from instance_factory.problem import ConvParams
     from instance_factory.tuning import tuner as T
-    from instance_factory.tuning.problems import Problem
+    from instance_factory.tuning.problem_sets import Problem
 
     params = ConvParams(2, 1, 4, 8, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))  # 4096 outputs
     prob = Problem("conv_bwd_data", params, LAYOUT, "bf16")

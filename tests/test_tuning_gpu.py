@@ -6,15 +6,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
+from tuning_helpers import isolated_tiers
 
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import lookup as L
 from instance_factory.tuning import tuner as T
-from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.candidates import candidates_for
 from instance_factory.tuning.database import current_device, read_db
 from instance_factory.tuning.options import PRUNED_TIMING
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 
 pytestmark = pytest.mark.gpu
 

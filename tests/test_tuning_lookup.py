@@ -9,14 +9,15 @@ import warnings
 
 import pytest
 import torch
+from tuning_helpers import isolated_tiers, synthetic_row
 
 import instance_factory
 from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
 from instance_factory.tuning import lookup as L
-from instance_factory.tuning._testing import isolated_tiers, synthetic_row
 from instance_factory.tuning.database import TuningDB, current_device, read_db
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
+from instance_factory.tuning.tune_on_miss import TUNE_OPTIONS
 
 LAYOUT = "NHWGC/GKYXC/NHWGK"
 P = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
@@ -162,7 +163,7 @@ def test_error_policy_by_argument_and_environment(tiers, monkeypatch):
 
 def test_tune_policy_tunes_stores_and_returns_the_winner(tiers):
     user, _ = tiers
-    L.TUNE_OPTIONS.update(max_instances=2, cpu_reps=1, cudnn=False)
+    TUNE_OPTIONS.update(max_instances=2, cpu_reps=1, cudnn=False)
     with pytest.warns(L.TuningMissWarning, match="tuning it now"):
         inst = look(policy="tune")
     rows = read_db(user.path)
@@ -170,6 +171,22 @@ def test_tune_policy_tunes_stores_and_returns_the_winner(tiers):
     best = rows.sort_values("median_ms").iloc[0]
     assert inst.name == best.instance
     assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16").source == "exact (user tier)"
+
+
+def test_tune_policy_calls_the_registered_tuner_and_errors_without_one(tiers):
+    # lookup never imports the tuner: the "tune" policy runs whatever the composition root registered
+    calls = []
+    saved = list(L._TUNE_ON_MISS)
+    try:
+        L.set_tune_on_miss(lambda *args: calls.append(args))
+        with pytest.warns(L.TuningMissWarning), pytest.raises(L.TuningMissError, match="found no instance"):
+            look(policy="tune")  # the stand-in stored no rows
+        assert calls == [("conv_bwd_data", P, LAYOUT, "fp16", "passthrough", None)]
+        L.set_tune_on_miss(None)
+        with pytest.raises(L.TuningMissError, match="no tuner is registered"):
+            L.explain("conv_bwd_data", P, layout=LAYOUT, dtype="fp16", policy="tune")
+    finally:
+        L._TUNE_ON_MISS[:] = saved
 
 
 def test_repeated_hit_is_cheap(tiers):

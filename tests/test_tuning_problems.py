@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from instance_factory.problem import ConvParams
 from instance_factory.tuning.extract import extract_convs, extract_model, wav2vec2_conv_layers
-from instance_factory.tuning.problems import (
+from instance_factory.tuning.problem_sets import (
     Problem,
     expand_problem_set,
     list_problem_sets,

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from tuning_helpers import isolated_tiers
 
 from instance_factory.algorithms import ALGORITHMS
 from instance_factory.harness import timing as TM
@@ -20,9 +21,8 @@ from instance_factory.tuning import lookup as L
 from instance_factory.tuning import options as O
 from instance_factory.tuning import pipeline as PL
 from instance_factory.tuning import tuner as T
-from instance_factory.tuning._testing import isolated_tiers
 from instance_factory.tuning.database import TuningDB, read_db
-from instance_factory.tuning.problems import Problem
+from instance_factory.tuning.problem_sets import Problem
 from instance_factory.tuning.progress import Progress
 from instance_factory.tuning.summary import summary_table
 from instance_factory.tuning.sweep import sweep
@@ -311,7 +311,8 @@ def _simulate_gpu(monkeypatch, pr):
 
 
 def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win(tiers, monkeypatch):
-    from instance_factory.tuning._testing import synthetic_row
+    from tuning_helpers import synthetic_row
+
     from instance_factory.tuning.database import _frame, best_per_problem, keep_best
 
     pr = Problem("conv_bwd_weight", P, LAYOUT, "fp16", name="tiny")

@@ -65,9 +65,9 @@ def cell_name(op: str, fam: str, dt: str, nd: int, fo: str) -> str:
 
 def plan(declared: set, only: list[str] | None) -> list[tuple]:
     """(op, family, dtype, ndim, fused_op) cells to verify, in a fixed order."""
-    from instance_factory.layouts import FAMILIES
+    from instance_factory.layouts import LAYOUT_FAMILIES
 
-    fam_order = list(FAMILIES)
+    fam_order = list(LAYOUT_FAMILIES)
     cells = sorted((k for k in declared if k[4] == "passthrough"),
                    key=lambda k: (k[0], fam_order.index(k[1]) if k[1] in fam_order else 99, k[2], k[3]))
     from instance_factory.dtypes import DATA_TYPES

@@ -31,7 +31,7 @@ CONTENT = ["instance_params", "kernel_hash", "status", "tolerance"]
 
 def _problems(cpu_smoke: bool) -> list:
     from instance_factory.problem import ConvParams
-    from instance_factory.tuning.problems import Problem, expand_problem_set
+    from instance_factory.tuning.problem_sets import Problem, expand_problem_set
 
     if cpu_smoke:
         ps = [ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),

@@ -205,7 +205,7 @@ def bench(out_dir: Path, log, ops: tuple[str, ...], labels: tuple[str, ...] = ()
     from instance_factory.harness.operands import ProblemCase, make_problem_tensors, reference_of
     from instance_factory.ops import prepare
     from instance_factory.reference import rel_error
-    from instance_factory.tuning.problems import Problem
+    from instance_factory.tuning.problem_sets import Problem
 
     torch.backends.cudnn.benchmark = True
     seeds = [

@@ -33,7 +33,7 @@ PLAN = (("fp16", "nhwgc"), ("bf16", "nhwgc"), ("fp16", "ngchw"), ("bf16", "ngchw
 def status(db: str) -> list[tuple[str, str, int, int]]:
     """(dtype, layout, problems with valid rows, problems) per plan step."""
     from instance_factory.tuning.database import current_device, current_software, registry_kernel_hashes, valid_rows
-    from instance_factory.tuning.problems import expand_problem_set
+    from instance_factory.tuning.problem_sets import expand_problem_set
     from instance_factory.tuning.tuner import resolve_db
 
     target = resolve_db(db)

@@ -61,7 +61,7 @@ def shrink(params):
 
 
 def load_problems(ns: argparse.Namespace) -> list:
-    from instance_factory.tuning.problems import Problem, expand_problem_set
+    from instance_factory.tuning.problem_sets import Problem, expand_problem_set
 
     probs = expand_problem_set(ns.set, dtypes=ns.dtypes.split(","), passes=ns.passes.split(","),
                                layout=ns.layout)

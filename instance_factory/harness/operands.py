@@ -65,7 +65,7 @@ def custom_pair() -> tuple[Any, Callable]:
 class ProblemCase:
     """One problem's operands, the float64 reference and the public op's arguments."""
 
-    problem: Any  # tuning.problems.Problem (op, params, layout, dtype, fused_op, key, label)
+    problem: Any  # tuning.problem_sets.Problem (op, params, layout, dtype, fused_op, key, label)
     device: torch.device
     a: torch.Tensor
     b: torch.Tensor

@@ -32,9 +32,9 @@ from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algo
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
+from ..geometry import ConvGeometry, stride_phases
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .geometry import ConvGeometry, stride_phases
 from .host import is_pow2
 
 __all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "bind", "check_config", "decline"]

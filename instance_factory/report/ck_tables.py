@@ -35,7 +35,7 @@ class CkEntry:
     op: str
     instruction: str  # XDL, WMMA, DL
     dtype: str  # CK's row label
-    family: str  # our layout family name
+    layout_family: str  # our layout family name
     ndims: tuple[int, ...]
 
 
@@ -44,7 +44,7 @@ class CkFused:
     op: str
     fused_op: str  # our fused-op name (CK: Bilinear -> bilinear, Scale -> scale)
     ck_name: str
-    family: str
+    layout_family: str
     dtypes: tuple[str, ...]  # CK row labels
     ndims: tuple[int, ...]
 
@@ -102,16 +102,16 @@ CK_FUSED: tuple[CkFused, ...] = (
 
 
 def ck_combinations(op: str) -> dict[tuple[str, str, int], list[str]]:
-    """(CK row label, family, ndim) -> the CK instructions offering it, for one op."""
+    """(CK row label, layout_family, ndim) -> the CK instructions offering it, for one op."""
     out: dict[tuple[str, str, int], list[str]] = {}
     for e in CK_TABLES:
         if e.op != op:
             continue
         for n in e.ndims:
-            out.setdefault((e.dtype, e.family, n), []).append(e.instruction)
+            out.setdefault((e.dtype, e.layout_family, n), []).append(e.instruction)
     return out
 
 
 def ck_fused_combinations(op: str) -> set[tuple[str, str, str, int]]:
-    """(fused op, CK row label, family, ndim) that CK offers for one op."""
-    return {(f.fused_op, d, f.family, n) for f in CK_FUSED if f.op == op for d in f.dtypes for n in f.ndims}
+    """(fused op, CK row label, layout_family, ndim) that CK offers for one op."""
+    return {(f.fused_op, d, f.layout_family, n) for f in CK_FUSED if f.op == op for d in f.dtypes for n in f.ndims}

@@ -55,7 +55,7 @@ class VerifyRecord:
     device: str
     date: str
     op: str
-    family: str
+    layout_family: str
     layout: str
     dtype: str
     ndim: int
@@ -70,7 +70,7 @@ class VerifyRecord:
 
     @property
     def combination(self) -> tuple[str, str, str, int, str]:
-        return (self.op, self.family, self.dtype, self.ndim, self.fused_op)
+        return (self.op, self.layout_family, self.dtype, self.ndim, self.fused_op)
 
     @property
     def passed(self) -> bool:

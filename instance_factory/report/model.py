@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..dtypes import DATA_TYPES, DataType
 from ..factory import OPS
-from ..layouts import FAMILIES, parse_layout
+from ..layouts import LAYOUT_FAMILIES, parse_layout
 from ..tuning.database import best_per_problem
 from .evidence import EvidenceSet, VerifyRecord, load_evidence
 
@@ -33,7 +33,7 @@ __all__ = ["CPU_DEVICES", "ComboEvidence", "LevelEvidence", "Report", "TuneEvide
 
 Combination = tuple[str, str, str, int, str]
 CPU_DEVICES = ("cpu",)  # tuning rows from the interpreter: pipeline checks, not GPU evidence
-#: CK's column order first, then any other family of the contract.
+#: CK's column order first, then any other layout_family of the contract.
 _CK_FAMILY_ORDER = ("nhwgc", "ngchw", "ngchw_kcyx", "gnhwc")
 
 
@@ -137,12 +137,12 @@ class Report:
     notes: list[str]
     sources: dict[str, Any]
 
-    def combo(self, op: str, family: str, dtype: str, ndim: int, fused_op: str = "passthrough") -> ComboEvidence:
-        key = (op, family, dtype, ndim, fused_op)
+    def combo(self, op: str, layout_family: str, dtype: str, ndim: int, fused_op: str = "passthrough") -> ComboEvidence:
+        key = (op, layout_family, dtype, ndim, fused_op)
         return self.combos.get(key) or ComboEvidence(key, False, 0)
 
-    def declared(self, op: str, family: str, dtype: str, ndim: int, fused_op: str = "passthrough") -> bool:
-        c = self.combos.get((op, family, dtype, ndim, fused_op))
+    def declared(self, op: str, layout_family: str, dtype: str, ndim: int, fused_op: str = "passthrough") -> bool:
+        c = self.combos.get((op, layout_family, dtype, ndim, fused_op))
         return bool(c and c.declared)
 
     def fused_ops(self, op: str) -> list[str]:
@@ -153,7 +153,8 @@ class Report:
 
 
 def _ordered_families() -> list[str]:
-    return [f for f in _CK_FAMILY_ORDER if f in FAMILIES] + [f for f in FAMILIES if f not in _CK_FAMILY_ORDER]
+    first = [f for f in _CK_FAMILY_ORDER if f in LAYOUT_FAMILIES]
+    return first + [f for f in LAYOUT_FAMILIES if f not in _CK_FAMILY_ORDER]
 
 
 def _instance_hashes(registry) -> dict[str, str]:
@@ -195,7 +196,7 @@ def _tuning_frame(df: pd.DataFrame, hashes: dict[str, str], notes: list[str]) ->
     """ok rows measured on GPUs, with the columns the report needs."""
     if len(df) == 0:
         return df.assign(current=pd.Series(dtype=bool), speedup_vs_cudnn=pd.Series(dtype=float),
-                         tflops_eff=pd.Series(dtype=float), family=pd.Series(dtype=object))
+                         tflops_eff=pd.Series(dtype=float), layout_family=pd.Series(dtype=object))
     cpu = df["device"].isin(CPU_DEVICES)
     if cpu.any():
         notes.append(f"{int(cpu.sum())} tuning rows measured in the CPU interpreter are not counted as tuning "
@@ -210,7 +211,7 @@ def _tuning_frame(df: pd.DataFrame, hashes: dict[str, str], notes: list[str]) ->
     flops = ok["problem_key"].map(lambda k: ConvParams.from_key(k.split("|")[4]).flops())
     tf = ok["tflops"].astype(float)
     ok["tflops_eff"] = tf.where(tf.notna(), flops / (ok["median_ms"].astype(float) * 1e-3) / 1e12)
-    ok["family"] = ok["layout"].map(lambda s: parse_layout(s).family)
+    ok["layout_family"] = ok["layout"].map(lambda s: parse_layout(s).family)
     return ok.reset_index(drop=True)
 
 
@@ -250,7 +251,7 @@ def build_report(registry, evidence_dir: str | Path | None = "evidence",
 
     tuning = _tuning_frame(raw_db, hashes, notes)
     if len(tuning):
-        key_cols = ["op", "family", "dtype", "ndim", "fused_op", "device"]
+        key_cols = ["op", "layout_family", "dtype", "ndim", "fused_op", "device"]
         for (op, fam, dt, nd, fo, dev), grp in tuning.groupby(key_cols, sort=True):
             te = entry((op, fam, dt, int(nd), fo)).tuned.setdefault(dev, TuneEvidence(dev))
             cur = grp[grp["current"]]
@@ -296,7 +297,7 @@ def build_report(registry, evidence_dir: str | Path | None = "evidence",
 
 def group_problem_sets(keys: list[str]) -> dict[str, list[str]]:
     """ConvParams key -> names of the shipped problem sets that contain it (empty if none)."""
-    from ..tuning.problems import list_problem_sets, load_problem_set
+    from ..tuning.problem_sets import list_problem_sets, load_problem_set
 
     out: dict[str, list[str]] = defaultdict(list)
     for name in list_problem_sets():

@@ -39,13 +39,13 @@ def op_title(op: str) -> str:
     return f"{_OP_TITLES.get(op, op)} (`{op}`)"
 
 
-def family_header(family: str) -> str:
+def family_header(layout_family: str) -> str:
     """CK's way of naming a column: the 2D layout triple (the 1D/3D ones follow by analogy)."""
-    return layout_for(family, 2).name
+    return layout_for(layout_family, 2).name
 
 
-def family_short(family: str) -> str:
-    return _SHORT.get(family, family_header(family))
+def family_short(layout_family: str) -> str:
+    return _SHORT.get(layout_family, family_header(layout_family))
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,11 @@ def combo_marks(c: ComboEvidence) -> tuple[list[Mark], float | None, str]:
     return marks, speed, best.device if best and speed is not None else ""
 
 
-def cell_tokens(report: Report, op: str, family: str, dtype: str, fused_op: str = "passthrough") -> list[Token]:
+def cell_tokens(report: Report, op: str, layout_family: str, dtype: str, fused_op: str = "passthrough") -> list[Token]:
     """One token per declared ndim (empty: the cell is ✗)."""
     out = []
     for nd in NDIMS:
-        c = report.combos.get((op, family, dtype, nd, fused_op))
+        c = report.combos.get((op, layout_family, dtype, nd, fused_op))
         if not (c and c.declared):
             continue
         marks, speed, dev = combo_marks(c)
@@ -207,7 +207,7 @@ def fused_cell(report: Report, op: str, fused_op: str) -> FusedCell:
 @dataclass
 class Comparison:
     op: str
-    rows: list[tuple[str, list[str]]]  # (row label, one cell per family)
+    rows: list[tuple[str, list[str]]]  # (row label, one cell per layout_family)
     ck_only: list[str]  # what CK supports that we lack
     ours_only: list[str]  # what we support that CK lacks
     fused_ck_only: list[str]
@@ -220,7 +220,7 @@ def _nd_list(nds) -> str:
 
 def ck_comparison(report: Report, op: str) -> Comparison:
     """Cells: "2D" both, "+1D" ours only, "−3D" CK only (we lack it); "✗" neither."""
-    ck = ck_combinations(op)  # (ck label, family, ndim) -> instructions
+    ck = ck_combinations(op)  # (ck label, layout_family, ndim) -> instructions
     ours_label = {v: k for k, v in CK_DTYPE.items() if v}
     labels: list[tuple[str, str | None, str | None]] = []  # (row label, our dtype, CK label)
     for dt in report.dtypes:
@@ -265,9 +265,10 @@ def ck_comparison(report: Report, op: str) -> Comparison:
             continue
         for ckl in f.dtypes:
             ours = CK_DTYPE.get(ckl)
-            missing = [nd for nd in f.ndims if not (ours and report.declared(op, f.family, ours, nd, f.fused_op))]
+            missing = [nd for nd in f.ndims
+                       if not (ours and report.declared(op, f.layout_family, ours, nd, f.fused_op))]
             if missing:
-                fused_ck_only.append(f"{f.ck_name} {family_short(f.family)} {ckl} {_nd_list(missing)}")
+                fused_ck_only.append(f"{f.ck_name} {family_short(f.layout_family)} {ckl} {_nd_list(missing)}")
     fused_ours_only = []
     for fo in report.fused_ops(op):
         cs = [c for k, c in report.combos.items() if k[0] == op and k[4] == fo and c.declared]

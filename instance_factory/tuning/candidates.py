@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .options import TuneOptions
-from .problems import Problem
+from .problem_sets import Problem
 
 __all__ = ["FEW_CHANNELS", "candidates_for", "order_candidates"]
 

@@ -45,7 +45,7 @@ def _geomean(values: Sequence[float]) -> float:
 
 def with_ceilings(sf: pd.DataFrame, copy_gbps: float | None, matmul_tflops: float | None) -> pd.DataFrame:
     """``sf`` (a summary frame) plus class, % of copy bandwidth and % of the matmul ceiling columns."""
-    from .problems import Problem
+    from .problem_sets import Problem
 
     out = sf.copy()
     out["class"] = [problem_class(Problem.from_key(k).params) for k in out["key"]]

@@ -73,7 +73,7 @@ def _tune_options(ns: argparse.Namespace) -> dict[str, Any]:
 
 def _problems_from_ns(ns: argparse.Namespace, groups: dict[str, list[Any]] | None = None) -> list[Any]:
     """Every problem the namespace names; ``groups`` gets them per set name (and "problems")."""
-    from .problems import Problem, expand_problem_set
+    from .problem_sets import Problem, expand_problem_set
 
     probs: list[Problem] = []
     for s in ns.sets or []:
@@ -165,7 +165,7 @@ def _cmd_lookup(ns: argparse.Namespace) -> int:
     from ..problem import ConvParams
     from .database import split_problem_key
     from .lookup import TuningMissError, explain
-    from .problems import normalize_pass
+    from .problem_sets import normalize_pass
 
     if ns.key:
         op, layout, dtype, fused, pkey = split_problem_key(ns.key)
@@ -175,9 +175,9 @@ def _cmd_lookup(ns: argparse.Namespace) -> int:
             return 2
         op, layout, dtype, fused, pkey = normalize_pass(ns.op), ns.layout, ns.dtype, ns.fused_op, ns.params
     params = ConvParams.from_key(pkey)
-    from ..layouts import FAMILIES, layout_for
+    from ..layouts import LAYOUT_FAMILIES, layout_for
 
-    if layout.lower() in FAMILIES:
+    if layout.lower() in LAYOUT_FAMILIES:
         layout = layout_for(layout.lower(), params.ndim).name
     import warnings
 
@@ -238,7 +238,7 @@ def _cmd_merge(ns: argparse.Namespace) -> int:
 
 def _cmd_bench(ns: argparse.Namespace) -> int:
     from .database import current_device
-    from .problems import expand_problem_set
+    from .problem_sets import expand_problem_set
     from .summary import load_valid
     from .sweep import sweep
 

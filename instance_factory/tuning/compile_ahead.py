@@ -24,7 +24,7 @@ from ..harness.operands import ProblemCase, make_case, op_call
 from .candidates import order_candidates
 from .errors import classify_error, fatal_error
 from .options import TuneOptions, past, remaining
-from .problems import Problem
+from .problem_sets import Problem
 
 __all__ = ["Precompiler", "compile_all", "compile_only_here", "install_compile_only", "precompile_fits",
            "precompile_init"]

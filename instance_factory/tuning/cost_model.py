@@ -219,9 +219,6 @@ class Evidence:
             got = min(known) if known else 0.0
         return got
 
-    def tuned_keys(self) -> set[str]:
-        return {t.key for t in self.problems}
-
 
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
                     floors: dict[tuple[str, str], list[float]]) -> list[_Tuned]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from .options import TuneOptions
 from .plan import plan_work, resolve_db
-from .problems import Problem, expand_problem_set
+from .problem_sets import Problem, expand_problem_set
 from .progress import Progress
 from .sweep import SweepResult
 

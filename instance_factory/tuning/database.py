@@ -113,7 +113,6 @@ __all__ = [
 
 DEVICE_COLS = ("device", "device_cc", "device_sms")
 SOFTWARE_COLS = ("triton_version", "torch_version", "package_version")
-_typed = typed
 
 
 class DamagedTierWarning(UserWarning):
@@ -198,7 +197,7 @@ def current_software() -> Software:
         import torch
         import triton
 
-        from .. import __version__
+        from ..version import __version__
 
         _SOFTWARE.append(Software(str(triton.__version__), str(torch.__version__), str(__version__)))
     return _SOFTWARE[0]
@@ -238,18 +237,6 @@ def user_db_path(device_kind: str) -> Path:
 # --------------------------------------------------------------------------------------------
 # combining rows
 # --------------------------------------------------------------------------------------------
-def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """Rows of ``old`` and ``new``; a ``new`` row replaces an ``old`` one with the same identity."""
-    if len(old) == 0:
-        both = new
-    elif len(new) == 0:
-        both = old
-    else:
-        both = pd.concat([typed(old), typed(new)], ignore_index=True)
-    both = both.drop_duplicates(subset=list(IDENTITY), keep="last")
-    return sort_rows(typed(both))
-
-
 def keep_best(df: pd.DataFrame) -> pd.DataFrame:
     """One row per identity: an ``ok`` row before a failed one, then the fastest, then the newest;
     a full tie goes to the row whose file text sorts first (the result never depends on the order
@@ -351,7 +338,7 @@ class TuningDB:
 
 def merge_files(sources: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
                 remove_sources: bool = False) -> int:
-    """``instance-factory tune merge``: shards -> one file (best row per identity); returns rows."""
+    """``instance-factory merge``: shards -> one file (best row per identity); returns rows."""
     return TuningDB(dest).merge_from(sources, remove_sources=remove_sources)
 
 

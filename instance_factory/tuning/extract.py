@@ -9,7 +9,7 @@ torchvision is optional: :func:`extract_torchvision` imports it lazily and says 
 1D wav2vec2 feature encoder is built in (:func:`wav2vec2_conv_layers`), so the audio set needs no
 torchaudio.
 
-CLI: ``instance-factory tune extract resnet50 --batch 128 -o configs/problem_sets/resnet50.yaml``.
+CLI: ``instance-factory extract resnet50 --batch 128 -o configs/problem_sets/resnet50.yaml``.
 """
 
 from __future__ import annotations

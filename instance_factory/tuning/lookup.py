@@ -42,6 +42,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +55,21 @@ __all__ = [
     "explain",
     "lookup",
     "problem_distance",
+    "set_tune_on_miss",
 ]
 
 MISS_POLICIES = ("heuristic", "tune", "error")
 POLICY_ENV = "INSTANCE_FACTORY_MISS_POLICY"
 
-#: keyword arguments the "tune" policy passes to ``tuner.tune`` (tests narrow the instances here)
-TUNE_OPTIONS: dict[str, Any] = {}
+#: the "tune" policy's worker, ``fn(op, params, layout_name, dtype_name, fused_op, device)``: tunes one
+#: problem into the user tier. The tuning layer provides it and the composition root registers it
+#: (``set_tune_on_miss``), so that run-time lookup never imports the tuner.
+_TUNE_ON_MISS: list[Callable[..., None]] = []
+
+
+def set_tune_on_miss(fn: Callable[..., None] | None) -> None:
+    """Register the function the ``"tune"`` miss policy calls (None: the policy raises TuningMissError)."""
+    _TUNE_ON_MISS[:] = [fn] if fn is not None else []
 
 
 class TuningMissError(LookupError):
@@ -73,7 +82,7 @@ class TuningMissWarning(UserWarning):
 
 @dataclass
 class Choice:
-    """What lookup chose and why (``instance-factory tune lookup`` prints it)."""
+    """What lookup chose and why (``instance-factory lookup --explain`` prints it)."""
 
     instance: Any  # Instance
     source: str  # "exact (user tier)", "exact (system tier)", "heuristic", "model", "tuned now"
@@ -224,17 +233,15 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     if pol == "error":
         raise TuningMissError(
             f"no tuned result for problem {key} on {dev.name} (miss policy 'error'); tune it with "
-            f"`instance-factory tune tune --problem '{key}'` or choose policy 'heuristic' or 'tune' "
+            f"`instance-factory tune --problem '{key}'` or choose policy 'heuristic' or 'tune' "
             f"(${POLICY_ENV})")
     if pol == "tune":
         _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; tuning it now "
                         f"(miss policy 'tune')")
-        from .problems import Problem
-        from .tuner import tune
-
-        # compile in threads: worker processes would re-import the caller's __main__ (spawn)
-        tune([Problem(op, params, lt.name, dname, fused)], device=device, progress=False,
-             **{"compile_mode": "thread", **TUNE_OPTIONS})
+        if not _TUNE_ON_MISS:
+            raise TuningMissError(f"miss policy 'tune' for problem {key}: no tuner is registered "
+                                  f"(instance_factory.tuning.lookup.set_tune_on_miss)")
+        _TUNE_ON_MISS[0](op, params, lt.name, dname, fused, device)
         index = _get_index(dev)
         for _tier, name, row in index.ranked(key):
             inst = _get_instance(reg, name)
@@ -251,7 +258,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
         reasons = "; ".join(sorted({r for _, r in declined}))[:500] or "no instance is declared for it"
         raise ValueError(f"no instance can run {key}: {reasons}")
     # families that have not yet run on a GPU serve only where no proven family can
-    proven = [i for i in runnable if i.algorithm not in UNPROVEN_FAMILIES] or runnable
+    proven = [i for i in runnable if i.algorithm not in UNPROVEN_ALGORITHMS] or runnable
     ranking = rank(op, params, lt.name, dname, fused, [(i.name, i.algorithm, i.cfg) for i in proven],
                    index.evidence(dev), exclude=key if untuned else None)
     inst = reg.get(ranking.best.name)
@@ -270,7 +277,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
 
 #: kernel families not yet verified on a GPU (``blockdiag``: session 4 had no GPU). The tuner still
 #: verifies and times them; an untuned lookup never picks them where another family can run.
-UNPROVEN_FAMILIES = frozenset({"blockdiag"})
+UNPROVEN_ALGORITHMS = frozenset({"blockdiag"})
 
 
 def _get_instance(reg: Any, name: str) -> Any:

@@ -20,7 +20,7 @@ from .compile_ahead import Precompiler, compile_all, compile_only_here, install_
 from .database import current_device, current_software, instance_params_json, now_utc, problem_fields
 from .errors import classify_error, fatal_error, finished_rows
 from .options import PRUNED_TIMING, FatalDeviceError, ProblemRows, TuneOptions, past
-from .problems import Problem
+from .problem_sets import Problem
 from .progress import Progress
 
 __all__ = ["gpu_pipeline", "resolved_compile_mode", "torch_device", "tune_problem"]

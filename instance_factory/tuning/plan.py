@@ -18,7 +18,7 @@ from .database import (
     valid_rows,
 )
 from .options import TuneOptions
-from .problems import Problem
+from .problem_sets import Problem
 
 __all__ = ["done_pairs", "plan_from_todo", "plan_work", "prior_best", "resolve_db"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from .database import _frame, best_per_problem
-from .problems import Problem
+from .problem_sets import Problem
 
 __all__ = ["describe_params", "load_valid", "summary_frame", "summary_table"]
 

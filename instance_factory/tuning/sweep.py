@@ -30,7 +30,7 @@ from .database import TuningDB, current_device, merge_files
 from .options import TuneOptions
 from .pipeline import torch_device
 from .plan import plan_work, resolve_db
-from .problems import Problem, expand_problem_set, parse_shard, shard_split
+from .problem_sets import Problem, expand_problem_set, parse_shard, shard_split
 from .tuner import tune
 
 __all__ = ["SweepResult", "local_gpu_count", "sweep"]
@@ -154,7 +154,6 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
 
 def _worker_main(j: int, problems: list[Problem], todo: dict[str, list[str]], shard_db: str,
                  opts: TuneOptions, progress: bool, device: str) -> None:
-    os.environ.setdefault("INSTANCE_FACTORY_WORKER", str(j))
     try:
         tune(problems, db=TuningDB(shard_db), device=device, options=opts, progress=progress, todo=todo)
     except Exception as exc:

@@ -67,7 +67,7 @@ from .database import current_device
 from .options import FatalDeviceError, TuneOptions, TuneResult, add_stats, past
 from .pipeline import gpu_pipeline, resolved_compile_mode, torch_device, tune_problem
 from .plan import plan_from_todo, plan_work, prior_best, resolve_db
-from .problems import Problem
+from .problem_sets import Problem
 from .progress import Progress
 
 __all__ = ["TuneOptions", "tune", "tune_problem"]

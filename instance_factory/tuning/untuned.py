@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .cost_model import conv_class
-from .problems import Problem
+from .problem_sets import Problem
 
 __all__ = ["compare", "default_choice", "measure", "ratio_summary", "untuned_table"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..layouts import LayoutTriple
-from ..problem import ConvParams
+from .layouts import LayoutTriple
+from .problem import ConvParams
 
 __all__ = ["ConvGeometry", "stride_phases"]
 

@@ -159,9 +159,9 @@ def load_problem_set(name_or_path: str | os.PathLike) -> dict:
 
 def _layout_name(layout: str, ndim: int) -> str | None:
     """A family name ("nhwgc") or a CK triple -> the triple for ``ndim`` (None if it does not fit)."""
-    from ..layouts import FAMILIES, layout_for, parse_layout
+    from ..layouts import LAYOUT_FAMILIES, layout_for, parse_layout
 
-    if layout.lower() in FAMILIES:
+    if layout.lower() in LAYOUT_FAMILIES:
         return layout_for(layout.lower(), ndim).name
     lt = parse_layout(layout)
     return lt.name if lt.ndim == ndim else None

@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_tuning_*.py: isolated database tiers and synthetic rows."""
+"""Test helpers (tests/test_tuning_*.py): isolated database tiers and synthetic rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .database import (
+import instance_factory.tuning.lookup as lookup
+import instance_factory.tuning.tune_on_miss as tune_on_miss
+from instance_factory.tuning.database import (
     current_device,
     current_software,
     instance_params_json,
@@ -23,8 +25,6 @@ __all__ = ["isolated_tiers", "synthetic_row"]
 def isolated_tiers(root: str | os.PathLike) -> Iterator[tuple[Path, Path]]:
     """Point the user tier at ``root/user`` and the system tier at ``root/system`` (both empty), unset
     the miss-policy variable, and reset the lookup cache and warn-once memory; restore afterwards."""
-    from . import lookup
-
     root = Path(root)
     user, system = root / "user", root / "system"
     user.mkdir(parents=True, exist_ok=True)
@@ -36,7 +36,7 @@ def isolated_tiers(root: str | os.PathLike) -> Iterator[tuple[Path, Path]]:
     os.environ.pop("INSTANCE_FACTORY_MISS_POLICY", None)
     lookup.clear_cache()
     lookup._WARNED.clear()
-    saved_tune = dict(lookup.TUNE_OPTIONS)
+    saved_tune = dict(tune_on_miss.TUNE_OPTIONS)
     try:
         yield user, system
     finally:
@@ -45,8 +45,8 @@ def isolated_tiers(root: str | os.PathLike) -> Iterator[tuple[Path, Path]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        lookup.TUNE_OPTIONS.clear()
-        lookup.TUNE_OPTIONS.update(saved_tune)
+        tune_on_miss.TUNE_OPTIONS.clear()
+        tune_on_miss.TUNE_OPTIONS.update(saved_tune)
         lookup.clear_cache()
         lookup._WARNED.clear()
 
@@ -55,7 +55,7 @@ def synthetic_row(problem: Any, inst: Any, median_ms: float | None, *, status: s
                   device: Any = None, **overrides: Any) -> dict:
     """A database row for ``inst`` on ``problem`` as the tuner would write it, with made-up timings
     (valid for this device and software unless ``overrides`` say otherwise)."""
-    from ..dtypes import DATA_TYPES
+    from instance_factory.dtypes import DATA_TYPES
 
     dev = current_device(device if device is not None else "cpu")
     tol = DATA_TYPES[problem.dtype].tolerance
