@@ -16,6 +16,7 @@ from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
 from instance_factory.tuning import lookup as L
 from instance_factory.tuning.database import TuningDB, current_device, read_db
+from instance_factory.tuning.miss_eval import problem_distance
 from instance_factory.tuning.problem_sets import Problem
 from instance_factory.tuning.tune_on_miss import TUNE_OPTIONS
 
@@ -105,8 +106,8 @@ def test_heuristic_ranks_by_the_nearest_measurements_and_warns_once(tiers):
     assert [p.predicted_ms for p in ch.ranking] == sorted(p.predicted_ms for p in ch.ranking)
     miss = [x for x in w if issubclass(x.category, L.TuningMissWarning)]
     assert len(miss) == 1 and PROB.key in str(miss[0].message) and near.key in str(miss[0].message)
-    assert L.problem_distance(P, near.params) < L.problem_distance(P, far.params)
-    assert L.problem_distance(P, P) == 0.0
+    assert problem_distance(P, near.params) < problem_distance(P, far.params)
+    assert problem_distance(P, P) == 0.0
 
 
 def test_fp16_miss_takes_the_bf16_winner_of_the_same_problem(tiers):

@@ -25,9 +25,7 @@ Where the answer comes from, in order:
      rows in the user tier and return the winner.
    * ``"error"``: raise :class:`TuningMissError` naming the problem key.
 
-   ``problem_distance`` (the previous rule's distance, kept for callers) is
-   ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over G, N, K, C and output lengths (w=1), filter
-   and stride lengths (w=4), dilations (w=1) and log2(1 + pad) (w=0.25).
+   The previous rule (nearest tuned problem's winner) survives only as ``miss_eval``'s baseline.
 
 Call :func:`clear_cache` after changing the environment variables; writes through
 :class:`~instance_factory.tuning.database.TuningDB` in this process clear it at once, and a change of
@@ -37,7 +35,6 @@ seconds. A tier that cannot be read is skipped with a ``DamagedTierWarning``.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -54,7 +51,6 @@ __all__ = [
     "clear_cache",
     "explain",
     "lookup",
-    "problem_distance",
     "set_tune_on_miss",
 ]
 
@@ -290,30 +286,6 @@ def _get_instance(reg: Any, name: str) -> Any:
 # ----------------------------------------------------------------------------------------------
 # the database index
 # ----------------------------------------------------------------------------------------------
-_FEATURE_WEIGHTS = {"G": 1.0, "N": 1.0, "K": 1.0, "C": 1.0, "out": 1.0, "filter": 4.0, "stride": 4.0,
-                    "dilation": 1.0, "pad": 0.25}
-
-
-def _features(p: Any) -> list[tuple[float, float]]:
-    """(weight, log2 value) pairs of a ConvParams for :func:`problem_distance`."""
-    w = _FEATURE_WEIGHTS
-    f = [(w["G"], math.log2(p.G)), (w["N"], math.log2(p.N)), (w["K"], math.log2(p.K)),
-         (w["C"], math.log2(p.C))]
-    f += [(w["out"], math.log2(v)) for v in p.output]
-    f += [(w["filter"], math.log2(v)) for v in p.filter]
-    f += [(w["stride"], math.log2(v)) for v in p.stride]
-    f += [(w["dilation"], math.log2(v)) for v in p.dilation]
-    f += [(w["pad"], math.log2(1 + v)) for v in p.left_pad + p.right_pad]
-    return f
-
-
-def problem_distance(p: Any, q: Any) -> float:
-    """The heuristic's distance between two ConvParams of the same ndim (see the module docstring)."""
-    if p.ndim != q.ndim:
-        return math.inf
-    return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(_features(p), _features(q))))
-
-
 @dataclass
 class _Index:
     # problem key -> [(instance name, row)] fastest first, per tier

@@ -28,10 +28,35 @@ def _measured(r: Mapping[str, Any]) -> float | None:
     return v if r["status"] in ("ok", "pruned") and math.isfinite(v) and v > 0 else None
 
 
+_FEATURE_WEIGHTS = {"G": 1.0, "N": 1.0, "K": 1.0, "C": 1.0, "out": 1.0, "filter": 4.0, "stride": 4.0,
+                    "dilation": 1.0, "pad": 0.25}
+
+
+def _features(p: Any) -> list[tuple[float, float]]:
+    """(weight, log2 value) pairs of a ConvParams for :func:`problem_distance`."""
+    w = _FEATURE_WEIGHTS
+    f = [(w["G"], math.log2(p.G)), (w["N"], math.log2(p.N)), (w["K"], math.log2(p.K)),
+         (w["C"], math.log2(p.C))]
+    f += [(w["out"], math.log2(v)) for v in p.output]
+    f += [(w["filter"], math.log2(v)) for v in p.filter]
+    f += [(w["stride"], math.log2(v)) for v in p.stride]
+    f += [(w["dilation"], math.log2(v)) for v in p.dilation]
+    f += [(w["pad"], math.log2(1 + v)) for v in p.left_pad + p.right_pad]
+    return f
+
+
+def problem_distance(p: Any, q: Any) -> float:
+    """The previous miss rule's distance between two ConvParams of the same ndim (the baseline):
+    ``sqrt(sum_f w_f * (log2 p_f - log2 q_f)^2)`` over G, N, K, C and output lengths (w=1), filter
+    and stride lengths (w=4), dilations (w=1) and log2(1 + pad) (w=0.25)."""
+    if p.ndim != q.ndim:
+        return math.inf
+    return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(_features(p), _features(q))))
+
+
 def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132) -> list[dict]:
     """One result per problem with an ok row: key, op, class, dtype, chosen, ratio, baseline_ratio."""
     from .database import split_problem_key
-    from .lookup import problem_distance
 
     rows = list(rows)
     ev = Evidence.from_rows(rows, sms=sms)
