@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device run made of named steps, each under its own time limit, logs kept under $OUT.
+#
+#   bash tools/gpu_session.sh STEP[:SECONDS] ...
+#
+# Steps (see docs/BENCHMARKS.md, "Waiting for a GPU"): env, pytest_new, pytest_gpu, ck_blockdiag,
+# tune_gd, bench_gd, untuned, train, dask, ship. Everything a step writes goes to $RES, packed into
+# $OUT/results.tgz at the end (the device returns at most 8 files); the whole log is $OUT/session.log.
+set -uo pipefail
+OUT=${OUT:-gpu_out}
+RES=/tmp/results
+mkdir -p "$OUT" "$RES"
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+LOG="$OUT/session.log"
+
+step() {  # name, seconds, command...
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s) $(date +%T)" | tee -a "$LOG"
+  local t0=$SECONDS
+  timeout --signal=INT --kill-after=20 "$secs" "$@" 2>&1 | tee -a "$LOG" "$RES/$name.log" | tail -n 60
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name rc=$rc in $((SECONDS - t0))s" | tee -a "$LOG"
+  echo "$name rc=$rc $((SECONDS - t0))s" >> "$RES/steps.txt"
+}
+
+run_step() {
+  local name=${1%%:*} secs=${1#*:}
+  [[ "$secs" == "$1" ]] && secs=300
+  case "$name" in
+    env) step env "$secs" bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
+         python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"' ;;
+    pytest_new) step pytest_new "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider \
+         tests/test_grouped_blockdiag.py tests/test_torch_integration.py ;;
+    pytest_gpu) step pytest_gpu "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider \
+         tests/test_gpu_kernels.py tests/test_tuning_gpu.py tests/test_fast_launch.py \
+         tests/test_direct_grouped.py tests/test_bwd_data_igemm.py tests/test_bwd_weight_igemm.py ;;
+    ck_blockdiag) step ck_blockdiag "$secs" python3 tools/gpu_check.py --ck --algorithms blockdiag \
+         --out "$RES" --tag blockdiag --budget-s $((secs - 30)) ;;
+    ck_all) step ck_all "$secs" python3 tools/gpu_check.py --ck --ck-one-dtype --out "$RES" --tag all \
+         --budget-s $((secs - 30)) ;;
+    tune_gd) step tune_gd "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" \
+         --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;
+    bench_gd) step bench_gd "$secs" python3 -m instance_factory bench grouped_depthwise --db "$RES/gd.csv" \
+         --summary-csv "$RES/summary.csv" -o "$RES/bench_gd.md" --quiet ;;
+    untuned) step untuned "$secs" python3 tools/untuned_check.py --out "$RES" --budget-min $(((secs - 60) / 60)) ;;
+    train) step train "$secs" python3 tools/train_step_check.py --out "$RES" --fuse-residual --budget-s $((secs - 90)) ;;
+    dask) step dask "$secs" bash -c 'python3 -m pip install -q --no-index --no-deps --no-compile \
+         --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site python3 tools/dask_sweep_check.py --out '"$RES" ;;
+    ship) step ship "$secs" python3 tools/ship_db_sweep.py --minutes $(((secs - 60) / 60)) --db "$RES/ship.csv" --out "$RES" ;;
+    *) echo "unknown step $name" | tee -a "$LOG" ;;
+  esac
+}
+
+for s in "$@"; do run_step "$s"; done
+tar -C "$RES" -czf "$OUT/results.tgz" . 2>/dev/null
+echo "=== steps"; cat "$RES/steps.txt"
