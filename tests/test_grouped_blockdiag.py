@@ -152,6 +152,14 @@ def test_weight_taps_spread_over_programs():
     check("conv_bwd_weight", p, dtype="fp16", block_p=32, block_n=16, num_warps=4, split=2)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_weight_largest_tile_fits_shared_memory(dtype):
+    """p128 x n64 with 4 taps per program: three pipeline stages of fp16 tiles need 240 KiB (more
+    than Hopper's 227), so the launcher pipelines less deeply (found by CK's list on an H100)."""
+    p = ConvParams(2, 16, 2, 1, 1, (3, 3), (28, 28), (2, 2), (1, 1), (1, 1), (1, 1))
+    check("conv_bwd_weight", p, dtype=dtype, block_p=128, block_n=64, num_warps=8, split=0)
+
+
 def test_data_strided_phases_without_taps():
     """Stride 3 with a 1x1 filter: most phases get no tap and must still write f(0, D)."""
     p = ConvParams(2, 4, 2, 4, 4, (1, 1), (7, 8), (3, 3), (1, 1), (0, 0), (0, 0))

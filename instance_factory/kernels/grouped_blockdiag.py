@@ -52,7 +52,7 @@ from .common import (
     split_chunks,
     split_runner,
 )
-from .host import INT32_LIMIT, sm_count
+from .host import INT32_LIMIT, pipeline_stages, sm_count
 
 __all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "tile_groups"]
 
@@ -359,13 +359,16 @@ def bind_bwd_weight(args: RunArgs) -> Runner:
     final = split == 1
     upcast, precision = _precision(args)
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    ntp = triton.next_power_of_2(nt)
+    # a dy tile and the taps' x tiles per stage: 128 x (64 + 4 x 64) fp16 is 80 KiB, three do not fit
+    stages = pipeline_stages((bk + ntp * bn) * block_p * args.a.element_size())
     main = BoundKernel(
         _bd_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
         K=geo.K, C=geo.C, GPT=gpt, BLOCK_P=block_p, BLOCK_N=bn, BLOCK_K=bk,
-        NT=nt, NTP=triton.next_power_of_2(nt),
+        NT=nt, NTP=ntp,
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
-        num_warps=num_warps, **epi,
+        num_warps=num_warps, num_stages=stages, **epi,
     )
     sizes = (geo.G, P, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps, *geo.stride3, *geo.dil3,
              *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides)

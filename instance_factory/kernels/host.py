@@ -7,10 +7,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "is_pow2", "sm_count"]
+__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "is_pow2", "pipeline_stages", "sm_count"]
 
 DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
 INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
+# Shared memory a kernel's pipelined operand tiles may take: Hopper allows 227 KiB per block; the
+# rest is left for the epilogue's layout conversions.
+PIPELINE_SMEM_BUDGET = 200 * 1024
 
 
 def is_pow2(v: Any) -> bool:
@@ -29,3 +32,9 @@ def sm_count(device: torch.device | str | None) -> int:
     if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
         return _sm_count_of(str(dev))
     return DEFAULT_SM_COUNT
+
+
+def pipeline_stages(bytes_per_stage: int, most: int = 3) -> int:
+    """Software-pipeline depth (Triton's num_stages) whose operand buffers fit PIPELINE_SMEM_BUDGET;
+    at least 1. A deeper pipeline than fits fails to compile with OutOfResources."""
+    return max(1, min(most, PIPELINE_SMEM_BUDGET // max(1, bytes_per_stage)))
