@@ -38,9 +38,9 @@ run_step() {
          --out "$RES" --tag blockdiag --budget-s $((secs - 30)) ;;
     ck_all) step ck_all "$secs" python3 tools/gpu_check.py --ck --ck-one-dtype --out "$RES" --tag all \
          --budget-s $((secs - 30)) ;;
-    tune_gd) step tune_gd "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" \
+    tune_gd) step tune_gd "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16,fp16}" \
          --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;
-    bench_gd) step bench_gd "$secs" python3 -m instance_factory bench grouped_depthwise --db "$RES/gd.csv" \
+    bench_gd) step bench_gd "$secs" python3 -m instance_factory bench grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16,fp16}" \
          --summary-csv "$RES/summary.csv" -o "$RES/bench_gd.md" --quiet ;;
     untuned) step untuned "$secs" python3 tools/untuned_check.py --out "$RES" --budget-min $(((secs - 60) / 60)) ;;
     train) step train "$secs" python3 tools/train_step_check.py --out "$RES" --fuse-residual --budget-s $((secs - 90)) ;;
