@@ -332,7 +332,7 @@ def test_compile_fullgraph_uses_the_custom_ops():
     backward = graphs[-1]
     assert "instance_factory.conv_bwd_data" in backward and "instance_factory.conv_bwd_weight" in backward
     for name, r in eager.items():
-        assert rel_error(compiled_grads[name], r) <= 1e-6, name
+        assert rel_error(compiled_grads[name], r) <= 1e-5, name  # fp32: compiled BatchNorm sums reorder
 
 
 def test_record_backward_problems_follows_the_backward(monkeypatch):

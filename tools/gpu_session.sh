@@ -33,7 +33,8 @@ run_step() {
          tests/test_grouped_blockdiag.py tests/test_torch_integration.py ;;
     pytest_gpu) step pytest_gpu "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider \
          tests/test_gpu_kernels.py tests/test_tuning_gpu.py tests/test_fast_launch.py \
-         tests/test_direct_grouped.py tests/test_bwd_data_igemm.py tests/test_bwd_weight_igemm.py ;;
+         tests/test_direct_grouped.py tests/test_bwd_data_igemm.py tests/test_bwd_weight_igemm.py \
+         tests/test_torch_integration.py ;;
     ck_blockdiag) step ck_blockdiag "$secs" python3 tools/gpu_check.py --ck --algorithms blockdiag \
          --out "$RES" --tag blockdiag --budget-s $((secs - 30)) ;;
     ck_all) step ck_all "$secs" python3 tools/gpu_check.py --ck --ck-one-dtype --out "$RES" --tag all \
@@ -45,7 +46,8 @@ run_step() {
     untuned) step untuned "$secs" python3 tools/untuned_check.py --out "$RES" --budget-min $(((secs - 60) / 60)) ;;
     train) step train "$secs" python3 tools/train_step_check.py --out "$RES" --fuse-residual --budget-s $((secs - 90)) ;;
     dask) step dask "$secs" bash -c 'python3 -m pip install -q --no-index --no-deps --no-compile \
-         --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site python3 tools/dask_sweep_check.py --out '"$RES" ;;
+         --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site python3 tools/dask_sweep_check.py --out '"$RES"' \
+         --minutes '"$(awk "BEGIN{print ($secs - 70) / 120}")" ;;
     ship) step ship "$secs" python3 tools/ship_db_sweep.py --minutes $(((secs - 60) / 60)) --db "$RES/ship.csv" --out "$RES" ;;
     *) echo "unknown step $name" | tee -a "$LOG" ;;
   esac
