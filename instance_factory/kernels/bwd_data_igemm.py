@@ -35,13 +35,12 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry, stride_phases
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .host import is_pow2
+from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2
 
 __all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "bind", "check_config", "decline"]
 
 PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "spec")
 SPECS = ("default", "1x1s1p0")
-SMEM_BYTES = 227 * 1024  # Hopper's opt-in shared memory per block
 _NUM_WARPS = (1, 2, 4, 8, 16)
 _MAX_BLOCK = 256
 _DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")  # the bwd-data rows of the dtype table
@@ -247,16 +246,16 @@ def check_config(cfg: dict) -> str | None:
     if cfg["num_warps"] not in _NUM_WARPS:
         return f"num_warps={cfg['num_warps']!r} must be one of {_NUM_WARPS}"
     ns = cfg["num_stages"]
-    if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
-        return f"num_stages={ns!r} must be an int in 1..8"
+    if (why := check_num_stages(ns)) is not None:
+        return why
     if cfg["spec"] not in SPECS:
         return f"spec={cfg['spec']!r} is unknown; igemm specs: {', '.join(SPECS)}"
     # a tile is impossible only if it overflows shared memory even for 2-byte operands; fp32
     # problems that overflow are declined per problem (decline) so fp16/bf16 keep big tiles
     need = _smem_bytes(cfg, 2)
-    if need > SMEM_BYTES:
+    if need > SMEM_PER_BLOCK:
         return (f"needs {need // 1024} KiB of shared memory with 2-byte operands "
-                f"(num_stages={ns}), over the {SMEM_BYTES // 1024} KiB of a Hopper SM")
+                f"(num_stages={ns}), over the {SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
     return None
 
 
@@ -273,10 +272,10 @@ def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType
         return f"G={params.G} is over the {_MAX_GRID_Y} groups the launch grid's y axis holds"
     elem = dtype.data.itemsize
     need = _smem_bytes(cfg, elem)
-    if need > SMEM_BYTES:
+    if need > SMEM_PER_BLOCK:
         return (f"tile {cfg['block_m']}x{cfg['block_n']}x{cfg['block_k']} with num_stages="
                 f"{cfg['num_stages']} needs {need // 1024} KiB of shared memory for {dtype.name} "
-                f"operands, over {SMEM_BYTES // 1024} KiB")
+                f"operands, over {SMEM_PER_BLOCK // 1024} KiB")
     return None
 
 

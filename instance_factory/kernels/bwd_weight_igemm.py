@@ -74,7 +74,6 @@ from .bwd_weight_igemm_plan import (
     FAMILIES,
     MIN_ITERS_PER_SPLIT,
     PARAM_NAMES,
-    SMEM_LIMIT,
     SPECS,
     check_config,
     check_family_config,
@@ -83,7 +82,7 @@ from .bwd_weight_igemm_plan import (
     smem_bytes,
     tiles_of,
 )
-from .host import sm_count
+from .host import SMEM_PER_BLOCK, sm_count
 
 __all__ = ["FAMILIES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "bind", "check_config",
            "choose_split_k", "chunk_iters", "decline", "sm_count"]
@@ -347,9 +346,9 @@ def _decline(family: str, cfg: dict, params: ConvParams, layout: LayoutTriple, d
             return f"fp8 tl.dot needs block_k >= 32, got {cfg['block_k']}"
     elem = 4 if dtype.data.itemsize >= 4 else 2
     smem = smem_bytes(cfg, elem)
-    if smem > SMEM_LIMIT:
+    if smem > SMEM_PER_BLOCK:
         return (f"{dtype.name} operand tiles need {smem // 1024} KiB of shared memory "
-                f"(limit {SMEM_LIMIT // 1024} KiB)")
+                f"(limit {SMEM_PER_BLOCK // 1024} KiB)")
     if fused.max_ds > MAX_DS:
         return f"fused op {fused.name} takes more than {MAX_DS} D tensors"
     return None

@@ -13,16 +13,15 @@ import triton
 
 from ..algorithms import interpreting
 from ..problem import ConvParams
-from .host import is_pow2
+from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2
 
-__all__ = ["FAMILIES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SMEM_LIMIT", "SPECS", "check_config",
+__all__ = ["FAMILIES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "check_config",
            "check_family_config", "choose_split_k", "fp8_reason", "smem_bytes", "tiles_of"]
 
 PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "spec")
 SPECS = ("default", "1x1s1p0")
 FAMILIES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
 
-SMEM_LIMIT = 227 * 1024  # Hopper's per-block shared memory (bytes)
 MAX_ACC_REGS = 256  # fp32 accumulator registers per thread beyond which a tile cannot fit
 MIN_ITERS_PER_SPLIT = 4  # auto split keeps at least this many block_k iterations per split
 MAX_AUTO_SPLIT = 64
@@ -53,9 +52,8 @@ def check_family_config(family: str, cfg: dict) -> str | None:
     nw = cfg["num_warps"]
     if nw not in (1, 2, 4, 8, 16):
         return f"num_warps={nw!r} must be one of 1, 2, 4, 8, 16"
-    ns = cfg["num_stages"]
-    if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
-        return f"num_stages={ns!r} must be an int in 1..8"
+    if (why := check_num_stages(cfg["num_stages"])) is not None:
+        return why
     sk = cfg["split_k"]
     if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
         return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
@@ -64,9 +62,9 @@ def check_family_config(family: str, cfg: dict) -> str | None:
     if cfg["spec"] not in SPECS:
         return f"spec={cfg['spec']!r} must be one of {', '.join(SPECS)}"
     smem = smem_bytes(cfg, 2)
-    if smem > SMEM_LIMIT:
+    if smem > SMEM_PER_BLOCK:
         return (f"operand tiles need {smem // 1024} KiB of shared memory even at 2 bytes/element "
-                f"(limit {SMEM_LIMIT // 1024} KiB)")
+                f"(limit {SMEM_PER_BLOCK // 1024} KiB)")
     regs = cfg["block_m"] * cfg["block_n"] // (32 * nw)
     if regs > MAX_ACC_REGS:
         return (f"a {cfg['block_m']}x{cfg['block_n']} fp32 accumulator over {nw} warps needs {regs} "

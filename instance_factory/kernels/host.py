@@ -7,12 +7,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "is_pow2", "pipeline_stages", "sm_count"]
+__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "check_num_stages", "is_pow2", "pipeline_stages",
+           "sm_count"]
 
 DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
 INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
-# Shared memory a kernel's pipelined operand tiles may take: Hopper allows 227 KiB per block; the
-# rest is left for the epilogue's layout conversions.
+SMEM_PER_BLOCK = 227 * 1024  # Hopper's opt-in shared memory per block (bytes)
+# What pipelined operand tiles may take of it when the launcher picks the depth: the rest is left
+# for the epilogue's layout conversions.
 PIPELINE_SMEM_BUDGET = 200 * 1024
 
 
@@ -32,6 +34,13 @@ def sm_count(device: torch.device | str | None) -> int:
     if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
         return _sm_count_of(str(dev))
     return DEFAULT_SM_COUNT
+
+
+def check_num_stages(ns: Any) -> str | None:
+    """Why a config's ``num_stages`` is invalid (an int in 1..8), or None."""
+    if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
+        return f"num_stages={ns!r} must be an int in 1..8"
+    return None
 
 
 def pipeline_stages(bytes_per_stage: int, most: int = 3) -> int:
