@@ -1,0 +1,259 @@
+"""Few-channel conv_bwd_weight (depthwise first) as one stream over the output: the "dwstream" family.
+
+dw[g, k, c, t] = sum over output positions o of dy[o, g, k] * x[o*s - p + t*dil, g, c]
+
+``depthwise`` gives each filter row its own program, so dy is read once per filter row and a 7x7
+filter reads it seven times; ``direct`` decomposes every position of a tile with integer divisions.
+Here one program owns a block of result channels (the flattened (g, k, c) axis, contiguous in the
+channels-last layouts) and a block of taps (by default all of them, flattened over (z, y, x)), and
+walks a contiguous chunk of the (output row, column tile) sequence: row index math is scalar, each
+step loads one [BLOCK_W x BLOCK_CH] tile of dy and one [BLOCK_T x BLOCK_W x BLOCK_CH] gather of x
+(neighbouring taps hit the same L1 lines), and the products accumulate elementwise in fp32; the
+column axis is reduced once, at the end of the chunk. With ``prefetch`` the next step's tiles are
+loaded before the current step's products (two steps of loads in flight per warp).
+
+Operand strides other than the channel one are passed divided by VEC (the largest power of two
+<= 8 that divides all of them and G*K*C) and multiplied back by the constexpr VEC in the kernel, so
+Triton can prove 16-byte alignment of every channel run and vectorize the loads even when G is
+not a multiple of 16 (Triton only specializes integers divisible by 16).
+
+Grid = (channel blocks, tap blocks, split chunks). split == 1 applies the epilogue and stores;
+split > 1 stores fp32 partials [split, taps, G*K*C] that ``direct``'s deterministic reduce sums in a
+fixed order, applies the epilogue to and converts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .common import (
+    MAX_GRID_YZ,
+    WEIGHT_DTYPES,
+    _dw_finalize_kernel,
+    _tap_of,
+    check_common,
+    finalize_launcher,
+    require_contiguous,
+    split_chunks,
+    split_runner,
+)
+from .host import INT32_LIMIT, sm_count
+
+__all__ = ["ALGORITHM", "MAX_CHANNELS_PER_GROUP", "auto_split", "bind", "check_config", "decline", "vector_width"]
+
+_PARAMS = ("block_t", "block_w", "block_ch", "prefetch", "num_warps", "split")
+_MAX_ACC_PER_THREAD = 64  # fp32 accumulators per thread (as many again for the x tile): no spills
+MAX_CHANNELS_PER_GROUP = 8  # C, K per group: wider groups belong on tensor cores (blockdiag, igemm)
+
+
+@triton.jit
+def _dws_tiles(x_ptr, dy_ptr, i, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
+               xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
+               off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask,
+               BLOCK_W: tl.constexpr, VEC: tl.constexpr):
+    """Step i of the walk (output row i // WT, column tile i % WT): the dy tile [W, CH] and the x
+    gather [T, W, CH] (zeros outside the input, past the row, or when i >= i_end)."""
+    r = i // WT
+    ow = (i - r * WT) * BLOCK_W + wl
+    oh = r % Ho
+    q = r // Ho
+    od = q % Do
+    n = q // Do
+    w_ok = ow < tl.where(i < i_end, Wo, 0)  # an int limit: scalar & vector bools mistype in the interpreter
+    y_off = (n * ys_n + od * ys_d + oh * ys_h) * VEC + (ow * (ys_w * VEC))[:, None] + y_ch[None, :]
+    dyv = tl.load(dy_ptr + y_off, mask=w_ok[:, None] & cmask[None, :], other=0.0)
+    i_d = od * s_d + off_d  # [T]
+    i_h = oh * s_h + off_h
+    r_ok = t_ok & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi)
+    i_w = (ow * s_w)[None, :] + off_w[:, None]  # [T, W]
+    xm = r_ok[:, None] & (i_w >= 0) & (i_w < Wi) & w_ok[None, :]
+    x_off = ((n * xs_n + od * s_d * xs_d + oh * s_h * xs_h) * VEC + x_tap[:, None]
+             + (ow * s_w * (xs_w * VEC))[None, :])
+    xv = tl.load(x_ptr + x_off[:, :, None] + x_ch[None, None, :], mask=xm[:, :, None] & cmask[None, None, :],
+                 other=0.0)
+    return dyv, xv
+
+
+@triton.jit
+def _dwstream_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    GKC_V, STEPS, WT, chunk,  # channels / VEC, walk steps (rows x column tiles), column tiles, steps per chunk
+    Do, Ho, Wo, Di, Hi, Wi,
+    FY, FX, TAPS,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # x strides (n, d, h, w divided by VEC)
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # dy strides (n, d, h, w divided by VEC)
+    K: tl.constexpr, C: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_CH: tl.constexpr, PREFETCH: tl.constexpr,
+    FINAL: tl.constexpr, USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_c = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_s = tl.program_id(2)
+
+    # ---- channels: flattened (g, k, c) of the result ----------------------------------------
+    j = pid_c * BLOCK_CH + tl.arange(0, BLOCK_CH)
+    cmask = (j // VEC) < GKC_V  # constant over aligned runs of VEC: the loads vectorize
+    g = j // (K * C)
+    k = (j // C) % K
+    c = j % C
+    x_ch = g * xs_g + c * xs_c
+    y_ch = g * ys_g + k * ys_k
+
+    # ---- taps: a block of the flattened (z, y, x) ----------------------------------------------
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = t < TAPS
+    tz, ty, tx = _tap_of(t, FY, FX)
+    off_d = tz * dil_d - pad_d
+    off_h = ty * dil_h - pad_h
+    off_w = tx * dil_w - pad_w
+    x_tap = (off_d * xs_d + off_h * xs_h + off_w * xs_w) * VEC
+    wl = tl.arange(0, BLOCK_W)
+    if USE_INT64:
+        x_ch = x_ch.to(tl.int64)
+        y_ch = y_ch.to(tl.int64)
+        x_tap = x_tap.to(tl.int64)
+
+    i_start = pid_s * chunk
+    if USE_INT64:
+        i_start = i_start.to(tl.int64)
+    i_end = tl.minimum(i_start + chunk, STEPS)
+    acc = tl.zeros((BLOCK_T, BLOCK_W, BLOCK_CH), dtype=tl.float32)
+    if PREFETCH:
+        dyv, xv = _dws_tiles(x_ptr, dy_ptr, i_start, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
+                             xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
+                             off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask, BLOCK_W, VEC)
+        for i in range(i_start, i_end):
+            dyn, xn = _dws_tiles(x_ptr, dy_ptr, i + 1, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
+                                 xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
+                                 off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask, BLOCK_W, VEC)
+            acc += xv.to(tl.float32) * dyv.to(tl.float32)[None, :, :]
+            dyv = dyn
+            xv = xn
+    else:
+        for i in range(i_start, i_end):
+            dyv, xv = _dws_tiles(x_ptr, dy_ptr, i, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
+                                 xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
+                                 off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask, BLOCK_W, VEC)
+            acc += xv.to(tl.float32) * dyv.to(tl.float32)[None, :, :]
+
+    res = tl.sum(acc, axis=1)  # [T, CH]
+    keep = t_ok[:, None] & cmask[None, :]
+    if FINAL:
+        offs = (tz * ws_z + ty * ws_y + tx * ws_x)[:, None] + (g * ws_g + k * ws_k + c * ws_c)[None, :]
+        res = apply_epilogue(res, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                             OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
+    else:  # fp32 partials [split, taps, G*K*C], the layout of direct's reduce
+        GKC = GKC_V * VEC
+        sid = pid_s
+        if USE_INT64:
+            sid = sid.to(tl.int64)
+        offs = (sid * TAPS + t)[:, None] * GKC + j[None, :]
+        tl.store(ws_ptr + offs, res, mask=keep)
+
+
+def vector_width(strides: tuple[int, ...], channels: int) -> int:
+    """The largest power of two <= 8 dividing every stride given and the channel count."""
+    vec = 8
+    while vec > 1 and any(s % vec for s in (*strides, channels)):
+        vec //= 2
+    return vec
+
+
+def _taps_per_program(taps: int, block_t: int) -> int:
+    """block_t 0 means all taps in one program (padded to a power of two)."""
+    return triton.next_power_of_2(taps) if block_t == 0 else min(block_t, triton.next_power_of_2(taps))
+
+
+def auto_split(steps: int, base_programs: int, sms: int) -> int:
+    """Chunks of the walk: ~16 programs per SM, each chunk at least 4 steps."""
+    want = triton.cdiv(16 * sms, base_programs)
+    return int(max(1, min(want, steps // 4)))
+
+
+def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
+    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
+    geo, cfg = args.geo, args.cfg
+    require_contiguous(args, "dwstream")
+    block_w, block_ch = int(cfg["block_w"]), int(cfg["block_ch"])
+    num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
+    taps = geo.taps
+    block_t = _taps_per_program(taps, int(cfg["block_t"]))
+    gkc = geo.G * geo.K * geo.C
+    xs, ys = geo.x_strides, geo.y_strides
+    # the n, d, h, w strides (indices 1, 3, 4, 5) of x and dy travel divided by VEC
+    spatial = (1, 3, 4, 5)
+    vec = vector_width(tuple(xs[i] for i in spatial) + tuple(ys[i] for i in spatial), gkc)
+    xs_v = tuple(s // vec if i in spatial else s for i, s in enumerate(xs))
+    ys_v = tuple(s // vec if i in spatial else s for i, s in enumerate(ys))
+    Do, Ho, Wo = geo.out3
+    wt = triton.cdiv(Wo, block_w)
+    steps = geo.N * Do * Ho * wt
+    cblocks, tblocks = triton.cdiv(gkc, block_ch), triton.cdiv(taps, block_t)
+    if split <= 0:
+        split = auto_split(steps, cblocks * tblocks, sm_count(args.out.device))
+    split, chunk = split_chunks(split, steps)
+    total = taps * gkc
+    use_int64 = force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT or steps + chunk >= INT32_LIMIT
+    final = split == 1
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    main = BoundKernel(_dwstream_kernel, (cblocks, tblocks, split),
+                       K=geo.K, C=geo.C, VEC=vec, BLOCK_T=block_t, BLOCK_W=block_w, BLOCK_CH=block_ch,
+                       PREFETCH=bool(cfg["prefetch"]), FINAL=final, USE_INT64=use_int64,
+                       num_warps=num_warps, **epi)
+    sizes = (gkc // vec, steps, wt, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
+             *geo.stride3, *geo.dil3, *geo.pad3, *xs_v, *geo.w_strides, *ys_v)
+    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
+    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
+
+
+def check_config(cfg: dict) -> str | None:
+    reason = check_common(cfg, _PARAMS, "dwstream", ("block_w", "block_ch"))
+    if reason:
+        return reason
+    bt = cfg["block_t"]
+    if not isinstance(bt, int) or isinstance(bt, bool) or not (bt == 0 or (bt & (bt - 1) == 0 and bt <= 64)):
+        return f"block_t={bt!r} must be 0 (all taps) or a power of two up to 64"
+    if cfg["prefetch"] not in (0, 1):
+        return f"prefetch={cfg['prefetch']!r} must be 0 or 1"
+    return None
+
+
+def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
+    if dtype.name not in WEIGHT_DTYPES:
+        return f"dwstream conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
+    if p.C > MAX_CHANNELS_PER_GROUP or p.K > MAX_CHANNELS_PER_GROUP:
+        return (f"dwstream serves C, K per group <= {MAX_CHANNELS_PER_GROUP} (fp32 FMAs); this problem has "
+                f"C={p.C}, K={p.K}: tensor-core families fit it")
+    taps = math.prod(p.filter)
+    bt = _taps_per_program(taps, cfg["block_t"])
+    per_thread = bt * cfg["block_w"] * cfg["block_ch"] / (32 * cfg["num_warps"])
+    if per_thread > _MAX_ACC_PER_THREAD:
+        return (f"{bt} taps x block_w={cfg['block_w']} x block_ch={cfg['block_ch']} needs {per_thread:g} fp32 "
+                f"accumulators per thread with num_warps={cfg['num_warps']} (more than {_MAX_ACC_PER_THREAD})")
+    if triton.cdiv(taps, bt) > MAX_GRID_YZ:
+        return f"{taps} taps need more than {MAX_GRID_YZ} tap blocks of {bt}"
+    return None
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op="conv_bwd_weight", name="dwstream", param_names=_PARAMS,
+    check_config=check_config, decline=decline, bind=bind,
+    description="few-channel / depthwise wgrad as one stream over the output: all taps of a channel block "
+                "per program, scalar row walk, optional prefetch, split reduction with a deterministic reduce",
+    kernels=(_dwstream_kernel, _dw_finalize_kernel),
+))
