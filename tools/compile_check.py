@@ -100,6 +100,21 @@ def memory_ops(kernel) -> str:
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
 
 
+def dump_sass(kernel, stem: str) -> None:
+    """``stem``.sass (cuobjdump --dump-sass of the cubin) and ``stem``.ptx: read the inner loop's
+    instruction mix without a GPU."""
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True, check=True).stdout
+    with open(stem + ".sass", "w") as f:
+        f.write(sass)
+    with open(stem + ".ptx", "w") as f:
+        f.write(kernel.asm["ptx"])
+
+
 class _Recorder:
     """Stands in for BoundKernel: records (kernel, args, constexprs) instead of launching."""
 
@@ -120,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout", default="NHWGC/GKYXC/NHWGK")
     ap.add_argument("--problem", required=True, help="ConvParams key")
     ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--sass", metavar="DIR", help="also write each kernel's SASS (cuobjdump) and PTX here")
     ns = ap.parse_args(argv)
     target = GPUTarget("cuda", ns.arch, 32)
     p = ConvParams.from_key(ns.problem)
@@ -143,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     k = compile_launch(fn, call_args, constexprs, target)
                     use = resource_usage(k)
+                    if ns.sass:
+                        dump_sass(k, os.path.join(ns.sass, f"{inst.name}.{fn.__name__}"))
                     print(f"{inst.name:90s} {fn.__name__:22s} regs {use.get('reg', -1):4d} "
                           f"stack {use.get('stack', -1):4d} smem {k.metadata.shared:6d}  {memory_ops(k)}")
                 except Exception as exc:  # report and go on: the point is the list of failures

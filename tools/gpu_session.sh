@@ -10,7 +10,7 @@ set -uo pipefail
 OUT=${OUT:-gpu_out}
 RES=/tmp/results
 mkdir -p "$OUT" "$RES"
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 LOG="$OUT/session.log"
 
 step() {  # name, seconds, command...

@@ -43,18 +43,17 @@ PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's wors
 VARIANTS = [
     ("dwstream", dict(block_t=0, block_w=4, block_ch=32, prefetch=0, num_warps=4, split=0)),
     ("dwstream", dict(block_t=0, block_w=4, block_ch=32, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=0, num_warps=4, split=0)),
     ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=1, num_warps=4, split=0)),
-    ("dwstream", dict(block_t=0, block_w=8, block_ch=64, prefetch=1, num_warps=4, split=0)),
-    ("dwstream", dict(block_t=0, block_w=8, block_ch=64, prefetch=1, num_warps=8, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=64, prefetch=0, num_warps=4, split=0)),
     ("dwstream", dict(block_t=16, block_w=8, block_ch=32, prefetch=1, num_warps=4, split=0)),
-    ("dwstream", dict(block_t=16, block_w=16, block_ch=32, prefetch=1, num_warps=4, split=0)),
-    ("dwstream", dict(block_t=16, block_w=16, block_ch=64, prefetch=1, num_warps=8, split=0)),
-    ("dwstream", dict(block_t=8, block_w=16, block_ch=64, prefetch=1, num_warps=4, split=0)),
-    ("dwstream", dict(block_t=0, block_w=16, block_ch=16, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=16, block_w=16, block_ch=32, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=8, block_w=16, block_ch=32, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=16, block_ch=16, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=0, num_warps=4, split=64)),
     ("depthwise", dict(block_w=16, block_ch=64, num_warps=4, split=0)),
     ("direct", dict(block_p=256, block_ch=16, num_warps=4, split=0)),
     ("blockdiag", dict(block_p=32, block_n=64, num_warps=4, split=64)),
-    ("blockdiag", dict(block_p=32, block_n=16, num_warps=4, split=0)),
 ]
 
 LAYOUT = "nhwgc"

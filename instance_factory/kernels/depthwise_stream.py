@@ -52,42 +52,46 @@ __all__ = ["ALGORITHM", "MAX_CHANNELS_PER_GROUP", "auto_split", "bind", "check_c
 
 _PARAMS = ("block_t", "block_w", "block_ch", "prefetch", "num_warps", "split")
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators per thread (as many again for the x tile): no spills
-MAX_CHANNELS_PER_GROUP = 8  # C, K per group: wider groups belong on tensor cores (blockdiag, igemm)
+MAX_CHANNELS_PER_GROUP = 4  # K per group (depth multiplier); C must be 1. Measured on an H100: C = K = 4-8
+# through this kernel ran 3-20x slower than blockdiag (docs/BENCHMARKS.md, session 6)
 
 
 @triton.jit
-def _dws_tiles(x_ptr, dy_ptr, i, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
-               xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
-               off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask,
-               BLOCK_W: tl.constexpr, VEC: tl.constexpr):
-    """Step i of the walk (output row i // WT, column tile i % WT): the dy tile [W, CH] and the x
-    gather [T, W, CH] (zeros outside the input, past the row, or when i >= i_end)."""
-    r = i // WT
-    ow = (i - r * WT) * BLOCK_W + wl
-    oh = r % Ho
-    q = r // Ho
-    od = q % Do
-    n = q // Do
-    w_ok = ow < tl.where(i < i_end, Wo, 0)  # an int limit: scalar & vector bools mistype in the interpreter
-    y_off = (n * ys_n + od * ys_d + oh * ys_h) * VEC + (ow * (ys_w * VEC))[:, None] + y_ch[None, :]
-    dyv = tl.load(dy_ptr + y_off, mask=w_ok[:, None] & cmask[None, :], other=0.0)
+def _dws_tiles(x_ptr, dy_ptr, n, od, oh, live, Di, Hi, s_d, s_h,
+               xs_n, xs_d, xs_h, ys_n, ys_d, ys_h, off_d, off_h, x_inv3, y_inv3, xm3, ym3, VEC: tl.constexpr):
+    """The x gather [T, W, CH] and the dy tile (broadcast over T: the same register layout as x, so
+    no exchange through shared memory) of output row (n, od, oh). The program's column tile is
+    fixed, so its offsets and column masks are loop invariants; only the [T] row test is new."""
     i_d = od * s_d + off_d  # [T]
     i_h = oh * s_h + off_h
-    r_ok = t_ok & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi)
-    i_w = (ow * s_w)[None, :] + off_w[:, None]  # [T, W]
-    xm = r_ok[:, None] & (i_w >= 0) & (i_w < Wi) & w_ok[None, :]
-    x_off = ((n * xs_n + od * s_d * xs_d + oh * s_h * xs_h) * VEC + x_tap[:, None]
-             + (ow * s_w * (xs_w * VEC))[None, :])
-    xv = tl.load(x_ptr + x_off[:, :, None] + x_ch[None, None, :], mask=xm[:, :, None] & cmask[None, None, :],
-                 other=0.0)
-    return dyv, xv
+    lim_h = tl.where(live, Hi, 0)  # an int limit: scalar & vector bools mistype in the interpreter
+    r_ok = (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < lim_h)
+    x_base = (n * xs_n + od * s_d * xs_d + oh * s_h * xs_h) * VEC
+    xv = tl.load(x_ptr + x_base + x_inv3, mask=r_ok[:, None, None] & xm3, other=0.0)
+    y_base = (n * ys_n + od * ys_d + oh * ys_h) * VEC
+    live_t = (off_h * 0 + lim_h) > 0  # [T]: live as a vector
+    dyv = tl.load(dy_ptr + y_base + y_inv3, mask=ym3 & live_t[:, None, None], other=0.0)
+    return xv, dyv
+
+
+@triton.jit
+def _dws_next(n, od, oh, Ho, Do):
+    """The walk's next output row, with carries (no divisions in the loop)."""
+    oh += 1
+    wrap = oh == Ho
+    oh = tl.where(wrap, 0, oh)
+    od += wrap.to(od.dtype)
+    wrap = od == Do
+    od = tl.where(wrap, 0, od)
+    n += wrap.to(n.dtype)
+    return n, od, oh
 
 
 @triton.jit
 def _dwstream_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
-    GKC_V, STEPS, WT, chunk,  # channels / VEC, walk steps (rows x column tiles), column tiles, steps per chunk
+    GKC_V, ROWS, WT, chunk,  # channels / VEC, output rows N*Do*Ho, column tiles, rows per chunk
     Do, Ho, Wo, Di, Hi, Wi,
     FY, FX, TAPS,
     s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
@@ -99,9 +103,11 @@ def _dwstream_kernel(
     FINAL: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
-    pid_c = tl.program_id(0)
+    pid_cw = tl.program_id(0)  # (channel block, column tile), column tile fastest: halos shared in L2
     pid_t = tl.program_id(1)
     pid_s = tl.program_id(2)
+    pid_c = pid_cw // WT
+    ow0 = (pid_cw - pid_c * WT) * BLOCK_W  # this program's column tile
 
     # ---- channels: flattened (g, k, c) of the result ----------------------------------------
     j = pid_c * BLOCK_CH + tl.arange(0, BLOCK_CH)
@@ -112,42 +118,54 @@ def _dwstream_kernel(
     x_ch = g * xs_g + c * xs_c
     y_ch = g * ys_g + k * ys_k
 
-    # ---- taps: a block of the flattened (z, y, x) ----------------------------------------------
+    # ---- taps: a block of the flattened (z, y, x). Taps past the filter read tap TAPS-1's inputs
+    # (in bounds, so no per-step test) and are dropped at the store ----------------------------
     t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = t < TAPS
-    tz, ty, tx = _tap_of(t, FY, FX)
+    tz, ty, tx = _tap_of(tl.minimum(t, TAPS - 1), FY, FX)
     off_d = tz * dil_d - pad_d
     off_h = ty * dil_h - pad_h
-    off_w = tx * dil_w - pad_w
-    x_tap = (off_d * xs_d + off_h * xs_h + off_w * xs_w) * VEC
     wl = tl.arange(0, BLOCK_W)
+    i_w = (tx * dil_w - pad_w)[:, None] + ((ow0 + wl) * s_w)[None, :]  # [T, W]
+    w_ok = wl < Wo - ow0
+    xm3 = ((i_w >= 0) & (i_w < Wi) & w_ok[None, :])[:, :, None] & cmask[None, None, :]
+    ym3 = (w_ok[None, :] & t_ok[:, None])[:, :, None] & cmask[None, None, :]  # [T, W, CH] like x
+    x_inv = ((off_d * xs_d + off_h * xs_h)[:, None] + i_w * xs_w) * VEC
+    y_inv = ((ow0 + wl) * ys_w * VEC)[None, :] + (t * 0)[:, None]  # [T, W]: broadcast to x's shape on purpose
     if USE_INT64:
+        x_inv = x_inv.to(tl.int64)
+        y_inv = y_inv.to(tl.int64)
         x_ch = x_ch.to(tl.int64)
         y_ch = y_ch.to(tl.int64)
-        x_tap = x_tap.to(tl.int64)
+    x_inv3 = x_inv[:, :, None] + x_ch[None, None, :]
+    y_inv3 = y_inv[:, :, None] + y_ch[None, None, :]
 
-    i_start = pid_s * chunk
+    # ---- the walk: rows [r_start, r_end), state (n, od, oh) advanced by carries ----------------
+    r_start = pid_s * chunk
     if USE_INT64:
-        i_start = i_start.to(tl.int64)
-    i_end = tl.minimum(i_start + chunk, STEPS)
+        r_start = r_start.to(tl.int64)
+    r_end = tl.minimum(r_start + chunk, ROWS)
+    oh = r_start % Ho
+    q = r_start // Ho
+    od = q % Do
+    n = q // Do
     acc = tl.zeros((BLOCK_T, BLOCK_W, BLOCK_CH), dtype=tl.float32)
-    if PREFETCH:
-        dyv, xv = _dws_tiles(x_ptr, dy_ptr, i_start, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
-                             xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
-                             off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask, BLOCK_W, VEC)
-        for i in range(i_start, i_end):
-            dyn, xn = _dws_tiles(x_ptr, dy_ptr, i + 1, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
-                                 xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
-                                 off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask, BLOCK_W, VEC)
-            acc += xv.to(tl.float32) * dyv.to(tl.float32)[None, :, :]
-            dyv = dyn
+    if PREFETCH:  # the next row's loads are issued before this row's products
+        xv, dyv = _dws_tiles(x_ptr, dy_ptr, n, od, oh, r_start < r_end, Di, Hi, s_d, s_h,
+                             xs_n, xs_d, xs_h, ys_n, ys_d, ys_h, off_d, off_h, x_inv3, y_inv3, xm3, ym3, VEC)
+        for r in range(r_start, r_end):
+            n, od, oh = _dws_next(n, od, oh, Ho, Do)
+            xn, dyn = _dws_tiles(x_ptr, dy_ptr, n, od, oh, r + 1 < r_end, Di, Hi, s_d, s_h,
+                                 xs_n, xs_d, xs_h, ys_n, ys_d, ys_h, off_d, off_h, x_inv3, y_inv3, xm3, ym3, VEC)
+            acc += xv.to(tl.float32) * dyv.to(tl.float32)
             xv = xn
+            dyv = dyn
     else:
-        for i in range(i_start, i_end):
-            dyv, xv = _dws_tiles(x_ptr, dy_ptr, i, i_end, WT, Do, Ho, Wo, Di, Hi, Wi, s_d, s_h, s_w,
-                                 xs_n, xs_d, xs_h, xs_w, ys_n, ys_d, ys_h, ys_w,
-                                 off_d, off_h, x_tap, off_w, t_ok, wl, x_ch, y_ch, cmask, BLOCK_W, VEC)
-            acc += xv.to(tl.float32) * dyv.to(tl.float32)[None, :, :]
+        for r in range(r_start, r_end):
+            xv, dyv = _dws_tiles(x_ptr, dy_ptr, n, od, oh, r < r_end, Di, Hi, s_d, s_h,
+                                 xs_n, xs_d, xs_h, ys_n, ys_d, ys_h, off_d, off_h, x_inv3, y_inv3, xm3, ym3, VEC)
+            acc += xv.to(tl.float32) * dyv.to(tl.float32)
+            n, od, oh = _dws_next(n, od, oh, Ho, Do)
 
     res = tl.sum(acc, axis=1)  # [T, CH]
     keep = t_ok[:, None] & cmask[None, :]
@@ -156,9 +174,9 @@ def _dwstream_kernel(
         res = apply_epilogue(res, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                              OP, NUM_DS, USER_FN)
         tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
-    else:  # fp32 partials [split, taps, G*K*C], the layout of direct's reduce
+    else:  # fp32 partials [split x column tiles, taps, G*K*C], the layout of direct's reduce
         GKC = GKC_V * VEC
-        sid = pid_s
+        sid = pid_s * WT + (pid_cw - pid_c * WT)
         if USE_INT64:
             sid = sid.to(tl.int64)
         offs = (sid * TAPS + t)[:, None] * GKC + j[None, :]
@@ -178,10 +196,10 @@ def _taps_per_program(taps: int, block_t: int) -> int:
     return triton.next_power_of_2(taps) if block_t == 0 else min(block_t, triton.next_power_of_2(taps))
 
 
-def auto_split(steps: int, base_programs: int, sms: int) -> int:
-    """Chunks of the walk: ~16 programs per SM, each chunk at least 4 steps."""
+def auto_split(rows: int, base_programs: int, sms: int) -> int:
+    """Row chunks: ~16 programs per SM, each chunk at least 4 output rows."""
     want = triton.cdiv(16 * sms, base_programs)
-    return int(max(1, min(want, steps // 4)))
+    return int(max(1, min(want, rows // 4)))
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -201,24 +219,25 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     ys_v = tuple(s // vec if i in spatial else s for i, s in enumerate(ys))
     Do, Ho, Wo = geo.out3
     wt = triton.cdiv(Wo, block_w)
-    steps = geo.N * Do * Ho * wt
+    rows = geo.N * Do * Ho
     cblocks, tblocks = triton.cdiv(gkc, block_ch), triton.cdiv(taps, block_t)
     if split <= 0:
-        split = auto_split(steps, cblocks * tblocks, sm_count(args.out.device))
-    split, chunk = split_chunks(split, steps)
+        split = auto_split(rows, cblocks * wt * tblocks, sm_count(args.out.device))
+    split, chunk = split_chunks(split, rows)
+    slices = split * wt  # fp32 partial slices: one per (row chunk, column tile)
     total = taps * gkc
-    use_int64 = force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT or steps + chunk >= INT32_LIMIT
-    final = split == 1
+    use_int64 = force_int64 or geo.needs_int64 or slices * total >= INT32_LIMIT or rows + chunk >= INT32_LIMIT
+    final = slices == 1
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
-    main = BoundKernel(_dwstream_kernel, (cblocks, tblocks, split),
+    main = BoundKernel(_dwstream_kernel, (cblocks * wt, tblocks, split),
                        K=geo.K, C=geo.C, VEC=vec, BLOCK_T=block_t, BLOCK_W=block_w, BLOCK_CH=block_ch,
                        PREFETCH=bool(cfg["prefetch"]), FINAL=final, USE_INT64=use_int64,
                        num_warps=num_warps, **epi)
-    sizes = (gkc // vec, steps, wt, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
+    sizes = (gkc // vec, rows, wt, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
              *geo.stride3, *geo.dil3, *geo.pad3, *xs_v, *geo.w_strides, *ys_v)
-    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
-    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
-    return split_runner(main, finalize, sizes, fin_sizes, split * total)
+    finalize = None if final else finalize_launcher(slices, total, use_int64, epi)
+    fin_sizes = (total, slices, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
+    return split_runner(main, finalize, sizes, fin_sizes, slices * total)
 
 
 def check_config(cfg: dict) -> str | None:
@@ -236,9 +255,9 @@ def check_config(cfg: dict) -> str | None:
 def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
     if dtype.name not in WEIGHT_DTYPES:
         return f"dwstream conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
-    if p.C > MAX_CHANNELS_PER_GROUP or p.K > MAX_CHANNELS_PER_GROUP:
-        return (f"dwstream serves C, K per group <= {MAX_CHANNELS_PER_GROUP} (fp32 FMAs); this problem has "
-                f"C={p.C}, K={p.K}: tensor-core families fit it")
+    if p.C != 1 or p.K > MAX_CHANNELS_PER_GROUP:
+        return (f"dwstream serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this problem "
+                f"has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
     taps = math.prod(p.filter)
     bt = _taps_per_program(taps, cfg["block_t"])
     per_thread = bt * cfg["block_w"] * cfg["block_ch"] / (32 * cfg["num_warps"])
