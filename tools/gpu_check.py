@@ -101,6 +101,7 @@ def _choose_instances(idx: int, runnable: list, per_case: int, max_algs: int) ->
 def _compile_job(case: Case, name: str) -> str | None:
     """Compile worker (the tuner's compile-only processes): build one instance for one case."""
     from instance_factory.dtypes import op_kwargs
+    from instance_factory.fast_launch import compile_only
     from instance_factory.harness.operands import make_problem_tensors
     from instance_factory.ops import prepare
     from instance_factory.tuning import compile_ahead
@@ -113,7 +114,7 @@ def _compile_job(case: Case, name: str) -> str | None:
     try:
         _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"],
                           fused_op=case.fused_op, instance=inst, **op_kwargs(case.dtype))
-        with compile_ahead.compile_only_here(True):
+        with compile_only():
             inst.alg.launch(args)
     except Exception as exc:  # the verifying process meets it again and records it
         return f"{type(exc).__name__}: {exc}"[:200]
