@@ -159,7 +159,7 @@ def load_problem_set(name_or_path: str | os.PathLike) -> dict:
 
 
 def _layout_name(layout: str, ndim: int) -> str | None:
-    """A family name ("nhwgc") or a CK triple -> the triple for ``ndim`` (None if it does not fit)."""
+    """A layout family name ("nhwgc") or a CK triple -> the triple for ``ndim`` (None if it does not fit)."""
     from ..layouts import LAYOUT_FAMILIES, layout_for, parse_layout
 
     if layout.lower() in LAYOUT_FAMILIES:
@@ -175,7 +175,7 @@ def expand_problem_set(problem_set: Any, *, dtypes: Sequence[str] | None = None,
     dtype, the set's own layer order: what summary tables show; shards sort by key anyway).
 
     ``problem_set``: a set name, a YAML path, a loaded set (dict), or an iterable of Problems
-    (returned in their order, de-duplicated). ``layout`` is a family ("nhwgc", "gnhwc",
+    (returned in their order, de-duplicated). ``layout`` is a layout family ("nhwgc", "gnhwc",
     "ngchw", "ngchw_kcyx") or a CK triple (entries of another ndim are skipped), or a list of them.
     """
     if isinstance(problem_set, (str, os.PathLike)):
