@@ -1,10 +1,11 @@
 """configs/*.yaml -> validated, expanded, frozen Instances (the manifest step).
 
 A config file declares, per op, the supported combinations (layout family x ndim x dtype x fused
-op) and one or more kernel families with tile/pipeline parameter lists. Expansion is the filtered
-product of each family's parameter lists; ``constraints`` (small arithmetic expressions over the
-parameter names) and the family's own ``check_config`` cull configs, and every culled config is
-logged with its reason. Mistakes in a file are ``ConfigError``s naming the file, entry and problem.
+op) and, under ``families``, one or more algorithms (kernel families) with tile/pipeline parameter
+lists. Expansion is the filtered product of each algorithm's parameter lists; ``constraints`` (small
+arithmetic expressions over the parameter names) and the algorithm's own ``check_config`` cull
+configs, and every culled config is logged with its reason. Mistakes in a file are ``ConfigError``s
+naming the file, entry and problem.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 OPS = ("conv_bwd_data", "conv_bwd_weight")
 _TOP_KEYS = {"op", "description", "support", "families"}
 _SUPPORT_KEYS = {"layouts", "ndims", "dtypes", "fused_ops", "algorithms"}
-_FAMILY_KEYS = {"algorithm", "description", "params", "constraints", "configs"}
+_ALGORITHM_ENTRY_KEYS = {"algorithm", "description", "params", "constraints", "configs"}
 _EXPR_NODES = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Name, ast.Load,
                ast.Constant, ast.And, ast.Or, ast.Not, ast.Add, ast.Sub, ast.Mult, ast.Div,
                ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt,
@@ -58,7 +59,8 @@ class Culled:
 class Expansion:
     instances: list[Instance] = field(default_factory=list)
     culled: list[Culled] = field(default_factory=list)
-    declared: set[tuple[str, str, str, int, str]] = field(default_factory=set)  # (op, family, dtype, ndim, fused)
+    # (op, layout family, dtype, ndim, fused op)
+    declared: set[tuple[str, str, str, int, str]] = field(default_factory=set)
 
 
 def _want(cond: bool, path: Path, entry: str, problem: str) -> None:
@@ -91,23 +93,25 @@ def _compile_constraint(expr: str, names: set[str], path: Path, entry: str):
     return compile(tree, f"<{path}:{entry}>", "eval")
 
 
-def _expand_family(path: Path, op: str, idx: int, fam: dict) -> tuple[list[dict], list[Culled]]:
+def _expand_algorithm(path: Path, op: str, idx: int, spec: dict) -> tuple[list[dict], list[Culled]]:
+    """One entry of the file's ``families`` list (an algorithm with its parameter lists) -> the
+    configs kept and those culled."""
     entry = f"families[{idx}]"
-    _want(isinstance(fam, dict), path, entry, "must be a mapping")
-    unknown = set(fam) - _FAMILY_KEYS
-    _want(not unknown, path, entry, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_FAMILY_KEYS)}")
-    alg_name = fam.get("algorithm")
+    _want(isinstance(spec, dict), path, entry, "must be a mapping")
+    unknown = set(spec) - _ALGORITHM_ENTRY_KEYS
+    _want(not unknown, path, entry, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_ALGORITHM_ENTRY_KEYS)}")
+    alg_name = spec.get("algorithm")
     known = sorted(a for (o, a) in ALGORITHMS if o == op)
     _want(isinstance(alg_name, str) and (op, alg_name) in ALGORITHMS, path, entry,
           f"algorithm {alg_name!r} is not a kernel family of {op}; known: {', '.join(known)}")
     alg = ALGORITHMS[(op, alg_name)]
     entry = f"families[{idx}] ({alg_name})"
-    params = fam.get("params", {})
+    params = spec.get("params", {})
     _want(isinstance(params, dict), path, entry, "params must be a mapping of parameter -> list of values")
     unknown = set(params) - set(alg.param_names)
     _want(not unknown, path, entry,
           f"unknown parameter(s) {sorted(unknown)}; {alg_name} takes {', '.join(alg.param_names)}")
-    explicit = fam.get("configs", [])
+    explicit = spec.get("configs", [])
     _want(isinstance(explicit, list), path, entry, "configs must be a list of mappings")
     _want(bool(params) or bool(explicit), path, entry, "needs params (lists to expand) or configs")
     if params:
@@ -119,7 +123,7 @@ def _expand_family(path: Path, op: str, idx: int, fam: dict) -> tuple[list[dict]
         _want(len(kinds) == 1, path, f"{entry}.params.{p}",
               f"mixes value types ({', '.join(sorted(kinds))}) in {vals!r}: entry {vals[-1]!r} has type "
               f"{type(vals[-1]).__name__}")
-    constraints = fam.get("constraints", [])
+    constraints = spec.get("constraints", [])
     _want(isinstance(constraints, list) and all(isinstance(c, str) for c in constraints), path, entry,
           "constraints must be a list of expression strings")
     compiled = [(c, _compile_constraint(c, set(alg.param_names), path, f"{entry}.constraints")) for c in constraints]
@@ -197,13 +201,13 @@ def expand_file(path: Path | str) -> Expansion:
     for key in ("support", "families"):
         _want(isinstance(doc.get(key), list) and doc[key], path, key, "must be a non-empty list")
 
-    families: dict[str, list[dict]] = {}
+    configs_of: dict[str, list[dict]] = {}  # algorithm -> its configs kept
     exp = Expansion()
-    for i, fam in enumerate(doc["families"]):
-        kept, culled = _expand_family(path, op, i, fam)
-        name = fam["algorithm"]
-        _want(name not in families, path, f"families[{i}]", f"algorithm {name!r} is declared twice")
-        families[name] = kept
+    for i, spec in enumerate(doc["families"]):
+        kept, culled = _expand_algorithm(path, op, i, spec)
+        name = spec["algorithm"]
+        _want(name not in configs_of, path, f"families[{i}]", f"algorithm {name!r} is declared twice")
+        configs_of[name] = kept
         exp.culled.extend(culled)
 
     seen: set[str] = set()
@@ -218,10 +222,10 @@ def expand_file(path: Path | str) -> Expansion:
         ndims = _list_of(sup["ndims"], int, path, f"{entry}.ndims", [1, 2, 3])
         dts = _list_of(sup["dtypes"], str, path, f"{entry}.dtypes", list(DATA_TYPES))
         fops = _list_of(sup["fused_ops"], str, path, f"{entry}.fused_ops", list(FUSED_OPS))
-        algs = _list_of(sup.get("algorithms", list(families)), str, path, f"{entry}.algorithms", list(families))
+        algs = _list_of(sup.get("algorithms", list(configs_of)), str, path, f"{entry}.algorithms", list(configs_of))
         for lay, nd, dt, fo, alg in itertools.product(lays, ndims, dts, fops, algs):
             exp.declared.add((op, lay, dt, nd, fo))
-            for cfg in families[alg]:
+            for cfg in configs_of[alg]:
                 inst = Instance(op, alg, lay, nd, dt, fo, tuple(cfg.items()), source=f"{path.name}:{entry}")
                 if inst.name not in seen:
                     seen.add(inst.name)

@@ -8,18 +8,25 @@ straight to the compiled kernel's launcher (~9 us), as Triton's own ``run`` does
 lookup. That shortcut is only taken while everything Triton specializes on still matches the
 first call: the same device, every tensor 16-byte aligned as it was, and no launch hooks
 (profilers) installed. Otherwise, and always in the interpreter, each call takes the normal path.
+
+Compile-only: inside ``with compile_only():`` a ``BoundKernel`` called from that thread compiles its
+kernel (or loads it from Triton's cache) through Triton's public ``kernel.warmup(*args, grid=...,
+**constexprs)`` and launches nothing; calls from other threads are unaffected. The tuner compiles
+candidates ahead this way. In the interpreter there is nothing to compile: ``warmup`` returns at once.
 """
 
 from __future__ import annotations
 
-import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from .algorithms import interpreting
 
-__all__ = ["BoundKernel"]
+__all__ = ["BoundKernel", "compile_only", "compile_only_supported"]
 
 
 try:
@@ -35,6 +42,31 @@ def _launch_hooks_installed() -> bool:
         if hook is not None and getattr(hook, "calls", True):
             return True
     return False
+
+
+_MODE = threading.local()  # .compile_only: BoundKernel calls from this thread only compile
+
+
+def compile_only_supported() -> bool:
+    """Whether this Triton's kernels compile without launching (a public ``warmup``, Triton >= 3.6)."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return False
+    return callable(getattr(JITFunction, "warmup", None))
+
+
+@contextmanager
+def compile_only(enabled: bool = True) -> Iterator[None]:
+    """While inside (when ``enabled``), ``BoundKernel`` calls from this thread compile and do not
+    launch. The caller checks :func:`compile_only_supported` first. Host work around the kernels
+    (allocations, zeroing a workspace) still runs."""
+    prev = getattr(_MODE, "compile_only", False)
+    _MODE.compile_only = enabled or prev
+    try:
+        yield
+    finally:
+        _MODE.compile_only = prev
 
 
 class BoundKernel:
@@ -59,6 +91,9 @@ class BoundKernel:
         self._device_now: Any = None
 
     def __call__(self, *args: Any) -> None:
+        if getattr(_MODE, "compile_only", False):
+            self.fn.warmup(*args, grid=self.grid, **self.kwargs)
+            return
         ck = self._fast
         if ck is not None:
             bits = 0
@@ -79,8 +114,6 @@ class BoundKernel:
         needed = ("run", "function", "packed_metadata")
         if _knobs is None or compiled is None or names is None or not all(hasattr(compiled, a) for a in needed):
             return
-        if os.environ.get("INSTANCE_FACTORY_COMPILE_WORKER"):
-            return  # the tuner's compile-only workers: every call must stay a compile-only call
         try:
             from triton.runtime import driver
 

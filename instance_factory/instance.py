@@ -113,7 +113,7 @@ class Instance:
         lt = self.layout if layout is None else parse_layout(layout)
         if params.ndim != self.ndim:
             return f"instance is for {self.ndim}D problems, the problem is {params.ndim}D"
-        if lt.family != self.layout_family:
+        if lt.layout_family != self.layout_family:
             return f"instance is for layout {self.layout.name}, the problem uses {lt.name}"
         dname = self.dtype if dtype is None else (dtype if isinstance(dtype, str) else dtype.name)
         if dname != self.dtype:

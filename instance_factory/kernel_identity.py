@@ -1,7 +1,7 @@
 """Kernel identity: a hash of the device code a kernel family runs, and of nothing else.
 
 A tuned row or a verification is valid only for the kernel it measured, so each instance carries
-``kernel_hash`` = hash(kernel code, family, config). The kernel code is the family's
+``kernel_hash`` = hash(kernel code, op, algorithm, config). The kernel code is the algorithm's
 ``Algorithm.kernels`` (the ``@triton.jit`` kernels its ``bind`` launches) and every ``@triton.jit``
 function they call, transitively (the epilogue, shared index helpers), plus the module-level
 constants they read. Host code (launchers, binds, checks, registration) is not part of it: a host

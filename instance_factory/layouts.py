@@ -49,7 +49,7 @@ LAYOUT_FAMILIES: dict[str, str] = {
 class LayoutTriple:
     """One CK layout triple for one ndim, e.g. ``NHWGC/GKYXC/NHWGK``."""
 
-    family: str  # the layout family, e.g. "nhwgc" (kernels' families are called algorithms)
+    layout_family: str  # e.g. "nhwgc" (LAYOUT_FAMILIES); a kernel's family is its algorithm
     ndim: int
     input: str
     weight: str

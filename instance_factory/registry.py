@@ -38,14 +38,14 @@ def _layout_family_of(layout: str | LayoutTriple | None) -> str | None:
     if layout is None:
         return None
     if isinstance(layout, LayoutTriple):
-        return layout.family
+        return layout.layout_family
     if "/" in layout:
-        return parse_layout(layout).family
+        return parse_layout(layout).layout_family
     return layout.lower()
 
 
-def spread_over_families(items: list[Instance], limit: int | None) -> list[Instance]:
-    """At most ``limit`` instances: round-robin over the kernel families, the algorithm with the fewest
+def spread_over_algorithms(items: list[Instance], limit: int | None) -> list[Instance]:
+    """At most ``limit`` instances: round-robin over the algorithms, the algorithm with the fewest
     instances first (the specialized ones, e.g. ``direct`` for depthwise), each algorithm's instances
     in registry order, so a small limit still samples every algorithm and the likeliest fits first."""
     if limit is None or len(items) <= limit:
@@ -97,11 +97,11 @@ class Registry:
                   dtype: str | None = None, ndim: int | None = None, fused_op: str | None = None,
                   pattern: str | None = None, algorithm: str | None = None) -> list[Instance]:
         """All instances matching every filter given (None matches anything)."""
-        fam = _layout_family_of(layout)
+        layout_family = _layout_family_of(layout)
         out = []
-        for (o, f, d, n, fo), insts in self._by_combo.items():
-            if (op and o != op) or (fam and f != fam) or (dtype and d != dtype) or (ndim and n != ndim) \
-                    or (fused_op and fo != fused_op):
+        for (o, lf, d, n, fo), insts in self._by_combo.items():
+            if (op and o != op) or (layout_family and lf != layout_family) or (dtype and d != dtype) \
+                    or (ndim and n != ndim) or (fused_op and fo != fused_op):
                 continue
             out.extend(i for i in insts if (not algorithm or i.algorithm == algorithm)
                        and (not pattern or _match(i.name, pattern)))
@@ -125,7 +125,7 @@ class Registry:
         dname = dtype if isinstance(dtype, str) else dtype.name
         runnable: list[Instance] = []
         declined: list[tuple[Instance, str]] = []
-        for inst in self._by_combo.get((op, lt.family, dname, params.ndim, fused_op), []):
+        for inst in self._by_combo.get((op, lt.layout_family, dname, params.ndim, fused_op), []):
             reason = inst.decline(params, lt, dname)
             if reason is None:
                 runnable.append(inst)

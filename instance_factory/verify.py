@@ -31,7 +31,7 @@ from .instance import Instance
 from .ops import prepare
 from .problem import ConvParams
 from .reference import result_errors
-from .registry import get_registry, spread_over_families
+from .registry import get_registry, spread_over_algorithms
 
 __all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "verify_case",
            "verify_instance"]
@@ -100,13 +100,13 @@ def verify_instance(inst: Instance, case: Case, device: str | torch.device, seed
 
 def verify_case(case: Case, device: str | torch.device, max_instances: int | None = None,
                 **kw: Any) -> list[VerifyResult]:
-    """Verify up to ``max_instances`` runnable instances (spread over the families) on one case."""
+    """Verify up to ``max_instances`` runnable instances (spread over the algorithms) on one case."""
     runnable, declined = get_registry().candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
     if not runnable:
         reasons = "; ".join(sorted({r for _, r in declined}))[:300]
         return [VerifyResult(case, "-", float("nan"), DATA_TYPES[case.dtype].tolerance, 0.0,
                              note=f"no instance can run it: {reasons}")]
-    chosen = spread_over_families(runnable, max_instances)
+    chosen = spread_over_algorithms(runnable, max_instances)
     out = []
     for inst in chosen:
         try:

@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("verification harness", ("harness", "harness.*")),
     ("tuning", ("verify", "tuning", "tuning.*")),
     ("report", ("report", "report.*")),
-    ("entry points", ("cli", "torch", "torch.*")),
+    ("entry points", ("cli", "cli.*", "torch", "torch.*")),
 ]
 
 # Modules over the size limit for now (none: keep it that way, split a module that grows past it)
@@ -179,3 +179,47 @@ def test_run_time_lookup_never_loads_the_tuner():
             "bad = [m for m in sys.modules if m.startswith(('instance_factory.tuning.tuner', "
             "'instance_factory.tuning.sweep', 'instance_factory.verify'))]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE_DIR.parent)
+
+
+def test_argparse_lives_only_in_the_cli_package():
+    # one place for the command line: the layers below expose typed functions, never parsers
+    users = sorted(m for m, p in MODULES.items() if not m.startswith(f"{PACKAGE}.cli")
+                   and any(isinstance(n, (ast.Import, ast.ImportFrom)) and "argparse" in
+                           ([a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""])
+                           for n in ast.walk(ast.parse(p.read_text()))))
+    assert not users, f"argparse outside instance_factory/cli/: {users}"
+
+
+def _triton_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "triton"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton" and not node.level:
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def test_nothing_in_the_package_patches_triton():
+    # compile-only goes through Triton's public warmup (fast_launch.compile_only), never through a
+    # replaced Triton attribute: no assignment to, setattr on or del of anything imported from triton
+    patches = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        triton_names = _triton_names(tree)
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+                targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+            for t in targets:
+                if isinstance(t, (ast.Attribute, ast.Subscript)) and _root_name(t) in triton_names:
+                    patches.append(f"{module} line {node.lineno}")
+    assert not patches, f"Triton patched at: {patches}"

@@ -37,12 +37,12 @@ def P(ndim, G, N, K, C, f, i, s, d, lp, rp):  # noqa: N802 - mirrors ConvParams'
     return ConvParams(ndim, G, N, K, C, f, i, s, d, lp, rp)
 
 
-def run_case(p: ConvParams, family: str = "nhwgc", dtype: str = "fp32", cfg: dict | None = None,
+def run_case(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", cfg: dict | None = None,
              op="passthrough", n_ds: int = 0, alpha: float = 1.0, beta: float = 1.0, user_ref=None,
              seed: int = 0) -> float:
     """Launch the igemm Algorithm on fresh random data and compare with the float64 reference."""
     torch.manual_seed(seed)
-    lt = layout_for(family, p.ndim)
+    lt = layout_for(layout_family, p.ndim)
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
     cfg = {**BASE_CFG, **(cfg or {})}
@@ -74,9 +74,9 @@ _BY_NDIM = {
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
-def test_layouts_every_ndim(family, ndim):
-    run_case(_BY_NDIM[ndim], family)
+@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
+def test_layouts_every_ndim(layout_family, ndim):
+    run_case(_BY_NDIM[ndim], layout_family)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -89,8 +89,8 @@ def test_layouts_every_ndim(family, ndim):
     ("gnhwc", P(1, 3, 2, 7, 5, (3,), (7,), (3,), (2,), (2,), (1,))),
 ], ids=["2d-nhwgc-s1", "3d-kcyx-s2", "1d-gnhwc-s3d2"])
 def test_dtypes(dtype, case):
-    family, p = case
-    run_case(p, family, dtype)
+    layout_family, p = case
+    run_case(p, layout_family, dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -117,8 +117,8 @@ GEOMETRY = {
 @pytest.mark.parametrize("name", list(GEOMETRY))
 def test_geometry(name):
     p = GEOMETRY[name]
-    family = ("nhwgc", "ngchw", "gnhwc", "ngchw_kcyx")[list(GEOMETRY).index(name) % 4]
-    run_case(p, family)
+    layout_family = ("nhwgc", "ngchw", "gnhwc", "ngchw_kcyx")[list(GEOMETRY).index(name) % 4]
+    run_case(p, layout_family)
 
 
 def test_zero_tap_phases_exist():
@@ -219,10 +219,10 @@ _ONE_BY_ONE = {
 }
 
 
-@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
+@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-def test_spec_1x1(ndim, family):
-    run_case(_ONE_BY_ONE[ndim], family, "fp32", cfg=dict(spec="1x1s1p0"))
+def test_spec_1x1(ndim, layout_family):
+    run_case(_ONE_BY_ONE[ndim], layout_family, "fp32", cfg=dict(spec="1x1s1p0"))
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32_tf32"])

@@ -37,18 +37,18 @@ DEVICE = "cuda" if (torch.cuda.is_available() and not algorithms.interpreting())
 OP = "conv_bwd_weight"
 
 
-def _alg(family):
-    return ALGORITHMS[(OP, family)]
+def _alg(algorithm):
+    return ALGORITHMS[(OP, algorithm)]
 
 
-def _cfg(family, **kw):
+def _cfg(algorithm, **kw):
     cfg = dict(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_stages=2,
-               split_k=1 if family == "igemm" else 2, spec="default")
+               split_k=1 if algorithm == "igemm" else 2, spec="default")
     cfg.update(kw)
     return cfg
 
 
-def _run(family, p, layout, dtype="fp32", *, op="passthrough", n_ds=0, user_ref=None,
+def _run(algorithm, p, layout, dtype="fp32", *, op="passthrough", n_ds=0, user_ref=None,
          alpha=1.0, beta=1.0, cfg=None, seed=0, tensors=None):
     """Launch one instance on fresh random data (NaN-poisoned output); return (out, ref, err, tol)."""
     lt = layout_for(layout, p.ndim) if isinstance(layout, str) else layout
@@ -65,8 +65,8 @@ def _run(family, p, layout, dtype="fp32", *, op="passthrough", n_ds=0, user_ref=
         res_dtype = dt.result or dt.data
     fused, user_fn = resolve_fused_op(op, len(ds))
     out = torch.full(lt.shape("weight", p), float("nan"), dtype=res_dtype, device=DEVICE)
-    cfg = cfg or _cfg(family)
-    alg = _alg(family)
+    cfg = cfg or _cfg(algorithm)
+    alg = _alg(algorithm)
     assert alg.check_config(cfg) is None, alg.check_config(cfg)
     why = alg.decline(cfg, p, lt, dt, fused)
     assert why is None, why
@@ -78,9 +78,9 @@ def _run(family, p, layout, dtype="fp32", *, op="passthrough", n_ds=0, user_ref=
     return out, ref, rel_error(out, ref), dt.tolerance
 
 
-def _check(family, p, layout, dtype="fp32", **kw):
-    out, ref, err, tol = _run(family, p, layout, dtype, **kw)
-    assert err <= tol, f"{family} {layout} {dtype} {p.key()}: rel error {err:.3g} > {tol}"
+def _check(algorithm, p, layout, dtype="fp32", **kw):
+    out, ref, err, tol = _run(algorithm, p, layout, dtype, **kw)
+    assert err <= tol, f"{algorithm} {layout} {dtype} {p.key()}: rel error {err:.3g} > {tol}"
     return out
 
 
@@ -115,14 +115,14 @@ _GEOM = {
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 @pytest.mark.parametrize("layout", list(LAYOUT_FAMILIES))
 def test_layouts_by_ndim(layout, ndim):
-    fams = bw.FAMILIES
-    family = fams[(list(LAYOUT_FAMILIES).index(layout) + ndim) % len(fams)]
+    fams = bw.ALGORITHM_NAMES
+    algorithm = fams[(list(LAYOUT_FAMILIES).index(layout) + ndim) % len(fams)]
     p = _p(ndim, G=2, N=2, K=3, C=5, **_GEOM[ndim])
-    _check(family, p, layout, "fp32")
+    _check(algorithm, p, layout, "fp32")
 
 
 def test_all_layout_triples_covered():
-    names = {(lt.family, lt.ndim) for lt in all_layouts()}
+    names = {(lt.layout_family, lt.ndim) for lt in all_layouts()}
     assert names == {(f, n) for f in LAYOUT_FAMILIES for n in (1, 2, 3)}
 
 
@@ -130,10 +130,10 @@ def test_all_layout_triples_covered():
 # dtypes
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])
-@pytest.mark.parametrize("family", ["igemm", "splitk_atomic", "splitk_reduce", "two_stage"])
-def test_dtypes(family, dtype):
+@pytest.mark.parametrize("algorithm", ["igemm", "splitk_atomic", "splitk_reduce", "two_stage"])
+def test_dtypes(algorithm, dtype):
     p = _p(2, G=1, N=2, K=6, C=7, f=(3, 3), i=(5, 4), lp=(1, 1), rp=(1, 0))
-    out = _check(family, p, "nhwgc", dtype)
+    out = _check(algorithm, p, "nhwgc", dtype)
     assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
 
 
@@ -144,26 +144,26 @@ _SPLIT_P = _p(2, G=1, N=2, K=5, C=3, f=(2, 1), i=(7, 7), lp=(1, 0), rp=(0, 0))  
 
 
 @pytest.mark.parametrize("split", [1, 2, 3, 7])
-@pytest.mark.parametrize("family", ["splitk_atomic", "splitk_reduce", "two_stage"])
-def test_split_factors(family, split):
+@pytest.mark.parametrize("algorithm", ["splitk_atomic", "splitk_reduce", "two_stage"])
+def test_split_factors(algorithm, split):
     # 98 reduction rows = 7 block_k iterations (last one partial): 2 -> 4+3, 3 -> 3+3+1, 7 -> 1 each
-    _check(family, _SPLIT_P, "gnhwc", "fp32", cfg=_cfg(family, split_k=split))
+    _check(algorithm, _SPLIT_P, "gnhwc", "fp32", cfg=_cfg(algorithm, split_k=split))
 
 
-@pytest.mark.parametrize("family", ["splitk_atomic", "splitk_reduce"])
-def test_split_more_than_iterations(family):
+@pytest.mark.parametrize("algorithm", ["splitk_atomic", "splitk_reduce"])
+def test_split_more_than_iterations(algorithm):
     # 1D, R = 2*6 = 12 < block_k: one iteration, 5 of the 6 splits are empty and must add exact zeros
     p = _p(1, G=1, N=2, K=3, C=4, f=(3,), i=(6,), lp=(1,), rp=(1,))
-    _check(family, p, "ngchw", "fp32", cfg=_cfg(family, split_k=6))
+    _check(algorithm, p, "ngchw", "fp32", cfg=_cfg(algorithm, split_k=6))
 
 
-@pytest.mark.parametrize("family", ["splitk_reduce", "two_stage"])
-def test_deterministic_bitwise(family):
+@pytest.mark.parametrize("algorithm", ["splitk_reduce", "two_stage"])
+def test_deterministic_bitwise(algorithm):
     p = _p(2, G=1, N=2, K=4, C=3, f=(3, 3), i=(6, 5), lp=(1, 1), rp=(1, 1))
-    cfg = _cfg(family, split_k=3)
-    first, _, err, tol = _run(family, p, "nhwgc", "fp16", cfg=cfg, seed=3)
+    cfg = _cfg(algorithm, split_k=3)
+    first, _, err, tol = _run(algorithm, p, "nhwgc", "fp16", cfg=cfg, seed=3)
     assert err <= tol
-    again, _, _, _ = _run(family, p, "nhwgc", "fp16", cfg=cfg, seed=3)
+    again, _, _, _ = _run(algorithm, p, "nhwgc", "fp16", cfg=cfg, seed=3)
     assert torch.equal(first.view(torch.int16), again.view(torch.int16))
 
 
@@ -178,7 +178,7 @@ def test_auto_split_k():
     tiles = 9  # one 64x64 tile per tap
     iters = math.ceil(64 * 56 * 56 / 64)
     assert 2 * 132 <= tiles * s <= 4 * 132 + tiles and iters // s >= bw.MIN_ITERS_PER_SPLIT
-    assert bw.choose_split_k(big, cfg64, 132, family="igemm") == 1
+    assert bw.choose_split_k(big, cfg64, 132, algorithm="igemm") == 1
     wide = ConvParams(2, 32, 8, 256, 256, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
     assert bw.choose_split_k(wide, cfg64, 132) == 1  # 32*9*16 tiles already fill many waves
     assert bw.sm_count(torch.device("cpu")) == 132
@@ -196,16 +196,16 @@ def test_chunk_iters_default():
         assert n * bk <= bw.CHUNK_ELEMS and 64 <= n <= 1024  # bounded inner sums, long pipelined runs
 
 
-@pytest.mark.parametrize("chunk,family,split,layout,dtype", [
+@pytest.mark.parametrize("chunk,algorithm,split,layout,dtype", [
     (2, "igemm", 1, "gnhwc", "fp32"),  # 7 iterations: 2+2+2+1
     (2, "splitk_atomic", 2, "nhwgc", "bf16_fp32w"),  # splits of 4 and 3: (2+2) and (2+1)
     (2, "splitk_reduce", 3, "gnhwc", "fp16"),  # splits of 3, 3, 1: (2+1), (2+1), (1)
     (3, "two_stage", 2, "ngchw", "fp32"),  # (3+1) and (3)
     (1, "splitk_reduce", 7, "nhwgc", "fp32"),  # one iteration per split and per chunk
 ])
-def test_chunk_boundaries(monkeypatch, chunk, family, split, layout, dtype):
+def test_chunk_boundaries(monkeypatch, chunk, algorithm, split, layout, dtype):
     monkeypatch.setattr(bw, "_CHUNK_ITERS", chunk)
-    _check(family, _SPLIT_P, layout, dtype, cfg=_cfg(family, split_k=split))
+    _check(algorithm, _SPLIT_P, layout, dtype, cfg=_cfg(algorithm, split_k=split))
 
 
 def test_chunk_boundaries_1x1_and_int64(monkeypatch):
@@ -216,13 +216,13 @@ def test_chunk_boundaries_1x1_and_int64(monkeypatch):
     _check("two_stage", _SPLIT_P, "nhwgc", "fp32", cfg=_cfg("two_stage", split_k=3))
 
 
-@pytest.mark.parametrize("family", ["splitk_reduce", "two_stage"])
-def test_chunked_deterministic_bitwise(monkeypatch, family):
+@pytest.mark.parametrize("algorithm", ["splitk_reduce", "two_stage"])
+def test_chunked_deterministic_bitwise(monkeypatch, algorithm):
     monkeypatch.setattr(bw, "_CHUNK_ITERS", 2)
-    cfg = _cfg(family, split_k=2)
-    first, _, err, tol = _run(family, _SPLIT_P, "nhwgc", "fp32", cfg=cfg, seed=5)
+    cfg = _cfg(algorithm, split_k=2)
+    first, _, err, tol = _run(algorithm, _SPLIT_P, "nhwgc", "fp32", cfg=cfg, seed=5)
     assert err <= tol
-    again, _, _, _ = _run(family, _SPLIT_P, "nhwgc", "fp32", cfg=cfg, seed=5)
+    again, _, _, _ = _run(algorithm, _SPLIT_P, "nhwgc", "fp32", cfg=cfg, seed=5)
     assert torch.equal(first.view(torch.int32), again.view(torch.int32))
 
 
@@ -256,7 +256,7 @@ def test_blocked_sum_beats_plain_sum(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # geometry: strides / dilation / asymmetric pads, groups, odd sizes, C or K = 1, multi-tile
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family,layout,p", [
+@pytest.mark.parametrize("algorithm,layout,p", [
     ("igemm", "nhwgc", _p(3, G=3, N=1, K=2, C=3, f=(3, 2, 3), i=(5, 4, 7), s=(2, 1, 3), d=(1, 2, 2),
                           lp=(2, 0, 3), rp=(0, 1, 1))),
     ("splitk_reduce", "ngchw", _p(2, G=2, N=2, K=7, C=5, f=(3, 3), i=(7, 6), s=(3, 2), d=(2, 1),
@@ -264,22 +264,22 @@ def test_blocked_sum_beats_plain_sum(monkeypatch):
     ("two_stage", "ngchw_kcyx", _p(1, G=4, N=2, K=3, C=3, f=(4,), i=(7,), s=(2,), d=(2,), lp=(3,),
                                    rp=(0,))),
 ])
-def test_strided_dilated_padded(family, layout, p):
-    _check(family, p, layout, "fp32")
+def test_strided_dilated_padded(algorithm, layout, p):
+    _check(algorithm, p, layout, "fp32")
 
 
-@pytest.mark.parametrize("family,K,C", [("igemm", 1, 5), ("splitk_atomic", 6, 1), ("two_stage", 1, 1),
+@pytest.mark.parametrize("algorithm,K,C", [("igemm", 1, 5), ("splitk_atomic", 6, 1), ("two_stage", 1, 1),
                                         ("splitk_reduce", 1, 3)])
-def test_single_channel(family, K, C):
+def test_single_channel(algorithm, K, C):
     p = _p(2, G=3, N=2, K=K, C=C, f=(3, 3), i=(5, 5), lp=(1, 1), rp=(1, 1))
-    _check(family, p, "nhwgc", "fp32")
+    _check(algorithm, p, "nhwgc", "fp32")
 
 
-@pytest.mark.parametrize("family", ["igemm", "splitk_reduce", "two_stage"])
-def test_multi_tile_grouped_order(family):
+@pytest.mark.parametrize("algorithm", ["igemm", "splitk_reduce", "two_stage"])
+def test_multi_tile_grouped_order(algorithm):
     # K, C and C*taps span several 16-wide tiles; group_m=2 exercises the swizzle with a ragged edge
     p = _p(1, G=2, N=1, K=40, C=19, f=(2,), i=(5,), lp=(1,), rp=(0,))
-    _check(family, p, "gnhwc", "fp32", cfg=_cfg(family, group_m=2))
+    _check(algorithm, p, "gnhwc", "fp32", cfg=_cfg(algorithm, group_m=2))
 
 
 def test_bigger_tiles():
@@ -332,11 +332,11 @@ _FUSED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("op,n_ds,user_ref,family", _FUSED_CASES,
+@pytest.mark.parametrize("op,n_ds,user_ref,algorithm", _FUSED_CASES,
                          ids=[f"{o if isinstance(o, str) else 'user'}-{f}" for o, _, _, f in _FUSED_CASES])
-def test_fused_ops(op, n_ds, user_ref, family):
+def test_fused_ops(op, n_ds, user_ref, algorithm):
     p = _p(2, G=2, N=1, K=3, C=4, f=(2, 2), i=(4, 5), lp=(1, 0), rp=(0, 1))
-    _check(family, p, "ngchw_kcyx", "fp32", op=op, n_ds=n_ds, user_ref=user_ref, alpha=1.75, beta=-0.5)
+    _check(algorithm, p, "ngchw_kcyx", "fp32", op=op, n_ds=n_ds, user_ref=user_ref, alpha=1.75, beta=-0.5)
 
 
 def test_fused_op_mixed_dtype():
@@ -349,7 +349,7 @@ def test_every_fused_op_declared():
     assert set(FUSED_OPS) == {"passthrough", "scale", "bilinear", "add", "add_relu", "custom"}
     p = _p(2)
     lt = layout_for("nhwgc", 2)
-    for fam in bw.FAMILIES:
+    for fam in bw.ALGORITHM_NAMES:
         for fo in FUSED_OPS.values():
             assert _alg(fam).decline(_cfg(fam), p, lt, DATA_TYPES["fp16"], fo) is None
 
@@ -357,17 +357,17 @@ def test_every_fused_op_declared():
 # ------------------------------------------------------------------------------------------------
 # 1x1 stride-1 pad-0 specialization
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family,layout,ndim", [
+@pytest.mark.parametrize("algorithm,layout,ndim", [
     ("igemm", "nhwgc", 2),  # n and spatial adjacent: one linear reduction stride
     ("splitk_reduce", "ngchw", 3),  # n apart from the spatial axes
     ("splitk_atomic", "ngchw_kcyx", 1),
     ("two_stage", "gnhwc", 2),
 ])
-def test_1x1_spec(family, layout, ndim):
+def test_1x1_spec(algorithm, layout, ndim):
     one = (1,) * ndim
     p = _p(ndim, G=2, N=2, K=5, C=3, f=one, i={1: (7,), 2: (3, 5), 3: (2, 3, 3)}[ndim])
     assert p.is_1x1_stride1_pad0
-    _check(family, p, layout, "fp32", cfg=_cfg(family, spec="1x1s1p0", split_k=1 if family == "igemm" else 3))
+    _check(algorithm, p, layout, "fp32", cfg=_cfg(algorithm, spec="1x1s1p0", split_k=1 if algorithm == "igemm" else 3))
 
 
 def test_1x1_spec_declines_other_problems():
@@ -387,7 +387,7 @@ def test_fp8_declines_without_sm89():
     p = _p(2)
     lt = layout_for("nhwgc", 2)
     fo = FUSED_OPS["passthrough"]
-    for fam in bw.FAMILIES:
+    for fam in bw.ALGORITHM_NAMES:
         why = _alg(fam).decline(_cfg(fam), p, lt, DATA_TYPES["fp16_fp8"], fo)
         if algorithms.interpreting() or not torch.cuda.is_available() \
                 or torch.cuda.get_device_capability() < (8, 9):
@@ -402,8 +402,8 @@ def test_fp8_declines_without_sm89():
 
 
 @pytest.mark.skipif(not algorithms.interpreting(), reason="interpreter-only fp8 emulation check")
-@pytest.mark.parametrize("family", ["igemm", "splitk_reduce"])
-def test_fp8_scaling_math_in_interpreter(monkeypatch, family):
+@pytest.mark.parametrize("algorithm", ["igemm", "splitk_reduce"])
+def test_fp8_scaling_math_in_interpreter(monkeypatch, algorithm):
     # the interpreter emulates fp8 dot: check the per-row/column power-of-two scaling, including
     # values far outside e4m3's range (they would overflow / flush without scaling)
     monkeypatch.setattr(bw, "_FP8_IN_INTERPRETER", True)
@@ -412,8 +412,8 @@ def test_fp8_scaling_math_in_interpreter(monkeypatch, family):
     gen = torch.Generator().manual_seed(7)
     x = (torch.randn(lt.shape("input", p), generator=gen) * 3000.0).half()
     dy = (torch.randn(lt.shape("output", p), generator=gen) * 1e-3).half()
-    _check(family, p, lt, "fp16_fp8", tensors=(x, dy, ()), cfg=_cfg(family, block_k=32))
-    why = _alg(family).decline(_cfg(family), p, lt, DATA_TYPES["fp16_fp8"], FUSED_OPS["passthrough"])
+    _check(algorithm, p, lt, "fp16_fp8", tensors=(x, dy, ()), cfg=_cfg(algorithm, block_k=32))
+    why = _alg(algorithm).decline(_cfg(algorithm), p, lt, DATA_TYPES["fp16_fp8"], FUSED_OPS["passthrough"])
     assert why and "block_k >= 32" in why
 
 
@@ -433,7 +433,7 @@ def test_fp8_scaling_math_in_interpreter(monkeypatch, family):
     (dict(block_m=256, block_n=256, block_k=16, num_stages=1, num_warps=4), "registers"),
 ])
 def test_check_config_rejects(bad, what):
-    for fam in bw.FAMILIES:
+    for fam in bw.ALGORITHM_NAMES:
         cfg = _cfg(fam, **bad)
         why = _alg(fam).check_config(cfg)
         assert why is not None and what in why, (fam, why)

@@ -1,4 +1,4 @@
-"""The ``dwstream`` conv_bwd_weight family (depthwise / few channels per group, one stream over the
+"""The ``dwstream`` conv_bwd_weight algorithm (depthwise, one stream over the
 output): every layout family and ndim, dtypes, splits, tap blocks, prefetch on and off, fused ops,
 int64 offsets, determinism, declines. Fresh random data, NaN-poisoned result, float64 reference
 (the harness of test_direct_grouped.py); the interpreter on CPU, or a CUDA GPU."""
@@ -33,10 +33,10 @@ def check(p, dtype: str = "fp32", **kw) -> None:
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
+@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
 @pytest.mark.parametrize("kc", [(1, 1), (3, 1)], ids=["depthwise", "multiplier3"])
-def test_layouts_ndims(ndim, family, kc):
-    check(shape(ndim, G=5, K=kc[0], C=kc[1]), family=family, seed=61)
+def test_layouts_ndims(ndim, layout_family, kc):
+    check(shape(ndim, G=5, K=kc[0], C=kc[1]), layout_family=layout_family, seed=61)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])

@@ -56,16 +56,16 @@ def _rand(shape_, dtype) -> torch.Tensor:
     return t.to(dtype)
 
 
-def run_case(op_name: str, p: ConvParams, family: str = "nhwgc", dtype: str = "fp32",
+def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32",
              cfg: dict | None = None, op="passthrough", n_ds: int = 0, alpha: float = 1.0,
              beta: float = 1.0, user_ref=None, seed: int = 0, force_int64: bool = False,
              return_out: bool = False, depthwise: bool = False, algorithm: str | None = None,
              base_cfg: dict | None = None):
-    """Launch one direct Algorithm (``depthwise``: the depthwise bwd-weight family; ``algorithm``:
-    another bwd-weight family, with ``base_cfg``) on fresh random data; return the error vs the
+    """Launch one direct Algorithm (``depthwise``: the depthwise bwd-weight algorithm; ``algorithm``:
+    another bwd-weight algorithm, with ``base_cfg``) on fresh random data; return the error vs the
     float64 reference."""
     torch.manual_seed(seed)
-    lt = layout_for(family, p.ndim)
+    lt = layout_for(layout_family, p.ndim)
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
     alg = DATA if op_name == "data" else DEPTHWISE if depthwise else WEIGHT
@@ -206,8 +206,8 @@ def test_auto_split():
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("op_name", OPS)
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
-def test_layouts_ndims(op_name, ndim, family):
+@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
+def test_layouts_ndims(op_name, ndim, layout_family):
     """Every layout family x ndim, C != K (C=2, K=3), stride/dilation/asymmetric pads."""
     check(op_name, shape(ndim, G=3, K=3, C=2), seed=ndim)
 
@@ -238,7 +238,7 @@ def test_strides(op_name, stride):
 def test_dilation_stride_mix(op_name):
     # dilation 2 with stride 2 (gcd > 1: every other phase gets no taps in H) and 3 (gcd 1)
     p = P(2, 3, 2, 2, 2, (3, 3), (9, 10), (2, 3), (2, 2), (2, 1), (0, 3))
-    check(op_name, p, family="ngchw", seed=7)
+    check(op_name, p, layout_family="ngchw", seed=7)
 
 
 @pytest.mark.parametrize("op", ["passthrough", "add"])
@@ -370,12 +370,12 @@ def test_weight_split_reduce_many_steps():
 
 
 # ------------------------------------------------------------------------------------------------
-# the depthwise bwd-weight family (C = K = 1, one filter row per program)
+# the depthwise bwd-weight algorithm (C = K = 1, one filter row per program)
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", list(LAYOUT_FAMILIES))
-def test_depthwise_family_layouts_ndims(ndim, family):
-    check("weight", shape(ndim, G=5, K=1, C=1), family=family, depthwise=True, seed=51)
+@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
+def test_depthwise_family_layouts_ndims(ndim, layout_family):
+    check("weight", shape(ndim, G=5, K=1, C=1), layout_family=layout_family, depthwise=True, seed=51)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])

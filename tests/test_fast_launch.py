@@ -1,4 +1,5 @@
-"""The cached launch path: bound runners per problem plan, and BoundKernel's launch-hook rule.
+"""The cached launch path: bound runners per problem plan, BoundKernel's launch-hook rule and its
+compile-only mode.
 
 The direct CompiledKernel launch itself only exists on a GPU (tests/test_gpu_kernels.py checks that
 it engages and stays correct); here, in the interpreter, every call takes Triton's normal path.
@@ -41,6 +42,49 @@ def test_bound_kernel_runs_and_never_shortcuts_in_the_interpreter():
         k(x, out, 10)
         assert torch.equal(out, x + 1)
     assert k._fast is None
+
+
+def test_compile_only_calls_warmup_instead_of_launching_in_this_thread_only():
+    import threading
+
+    class Kernel:  # records how BoundKernel reaches Triton: kernel[grid](...) or kernel.warmup(...)
+        def __init__(self):
+            self.calls = []
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: self.calls.append(("launch", args))
+
+        def warmup(self, *args, grid, **kw):
+            self.calls.append(("warmup", args, grid, kw))
+
+    fn = Kernel()
+    k = fast_launch.BoundKernel(fn, (4,), BLOCK=16, num_warps=2)
+    k(1)
+    with fast_launch.compile_only():
+        k(2)
+        with fast_launch.compile_only(False):  # an inner "not here" keeps the outer mode
+            k(3)
+        other = threading.Thread(target=k, args=(4,))
+        other.start()
+        other.join()  # the mode is per thread: another thread still launches
+    with fast_launch.compile_only(False):
+        k(5)
+    k(6)
+    assert [c[:2] for c in fn.calls] == [("launch", (1,)), ("warmup", (2,)), ("warmup", (3,)), ("launch", (4,)),
+                                         ("launch", (5,)), ("launch", (6,))]
+    assert fn.calls[1][2:] == ((4, 1, 1), {"BLOCK": 16, "num_warps": 2})
+
+
+def test_compile_only_launches_nothing_in_the_interpreter():
+    assert fast_launch.compile_only_supported()
+    k = fast_launch.BoundKernel(_add_one, (1,), BLOCK=16)
+    x = torch.ones(10)
+    out = torch.full((10,), float("nan"))
+    with fast_launch.compile_only():
+        k(x, out, 10)  # nothing to compile in the interpreter, and nothing runs
+    assert out.isnan().all() and k._fast is None
+    k(x, out, 10)
+    assert torch.equal(out, x + 1)
 
 
 def test_empty_hook_chains_are_not_hooks(monkeypatch):

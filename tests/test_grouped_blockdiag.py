@@ -58,9 +58,9 @@ def instance(op: str, p: ConvParams, layout: str, dtype: str, fused: str = "pass
     raise AssertionError(f"no blockdiag instance {cfg} runs {p.key()}: {reasons}")
 
 
-def check(op: str, p: ConvParams, family: str = "nhwgc", dtype: str = "fp32", fused: str = "passthrough",
+def check(op: str, p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", fused: str = "passthrough",
           n_ds: int = 0, **cfg) -> None:
-    layout = layout_for(family, p.ndim).name
+    layout = layout_for(layout_family, p.ndim).name
     res = verify_instance(instance(op, p, layout, dtype, fused, **cfg), Case(op, p, layout, dtype, fused, n_ds), DEV)
     assert res.passed, f"{res.instance} {p.key()}: rel. error {res.error:.3g} > {res.tolerance}"
 
@@ -114,10 +114,10 @@ def test_declines_say_why(op):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("family", ["nhwgc", "gnhwc", "ngchw", "ngchw_kcyx"])
-def test_layouts_and_ndims(op, ndim, family):
+@pytest.mark.parametrize("layout_family", ["nhwgc", "gnhwc", "ngchw", "ngchw_kcyx"])
+def test_layouts_and_ndims(op, ndim, layout_family):
     cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
-    check(op, shape(ndim, 5, 4, 3), family, **cfg)
+    check(op, shape(ndim, 5, 4, 3), layout_family, **cfg)
 
 
 @pytest.mark.parametrize("op", OPS)

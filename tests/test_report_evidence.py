@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_report_support as S  # noqa: E402
 
+from instance_factory.cli.report import register  # noqa: E402
 from instance_factory.report import EvidenceError, build_report  # noqa: E402
-from instance_factory.report.commands import register  # noqa: E402
 from instance_factory.tuning.database import DatabaseError  # noqa: E402
 
 

@@ -9,9 +9,8 @@ import argparse
 import pytest
 from tuning_helpers import isolated_tiers
 
-from instance_factory.cli import main
+from instance_factory.cli import bench, db, extract, lookup, main, merge, tune
 from instance_factory.problem import ConvParams
-from instance_factory.tuning import commands
 from instance_factory.tuning.database import read_db
 from instance_factory.tuning.problem_sets import Problem
 
@@ -29,7 +28,8 @@ def tiers(tmp_path):
 def test_register_adds_the_subcommands_with_handlers():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
-    commands.register(sub)
+    for command in (tune, lookup, merge, bench, db, extract):
+        command.register(sub)
     for argv in (["tune", "quickstart", "--shard", "1/2", "--workers", "2", "--dtype", "bf16", "--pass", "data"],
                  ["lookup", KEY], ["merge", "out.csv", "a.csv", "b.csv"], ["bench", "resnet50"],
                  ["db", "show"], ["extract", "resnet50"]):

@@ -400,31 +400,6 @@ def test_sweep_max_minutes_zero_measures_nothing_and_says_so(tiers):
     assert "1 ok, 0 pruned, 0 failed" in res.throughput_line() and "do_bench" in res.time_split()
 
 
-def test_compile_only_wrapper_turns_launches_into_compiles_in_flagged_threads(monkeypatch):
-    import threading
-    import types
-
-    from triton.runtime.jit import JITFunction
-
-    calls = []
-    kernel = types.SimpleNamespace(run=lambda *args, grid, warmup, **kw: calls.append((args, grid, warmup)))
-    monkeypatch.setattr(JITFunction, "__getitem__", JITFunction.__getitem__)  # restored afterwards
-    monkeypatch.setattr(CA, "_PATCHED", [])
-    assert CA.install_compile_only() and CA.install_compile_only()  # idempotent
-
-    def launch():
-        JITFunction.__getitem__(kernel, (4,))(1, x=2)  # what kernel[(4,)](1, x=2) does
-
-    launch()
-    with CA.compile_only_here(True):
-        launch()
-        other = threading.Thread(target=launch)
-        other.start()
-        other.join()  # the flag is per thread: another thread still launches
-    launch()
-    assert [c[2] for c in calls] == [False, True, False, False] and calls[1][:2] == ((1,), (4,))
-
-
 def test_compile_workers_in_processes_and_a_broken_pool_falls_back(tiers, monkeypatch):
     pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
     run, _ = get_registry().candidates(pr.op, P, LAYOUT, "fp16", "passthrough")

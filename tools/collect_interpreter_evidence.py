@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             r = json.loads(line) if line.strip() else {}
             if "op" in r:
                 lt = parse_layout(r["layout"])
-                if (r["op"], lt.family, r["dtype"], lt.ndim, r["fused_op"]) not in rerun:
+                if (r["op"], lt.layout_family, r["dtype"], lt.ndim, r["fused_op"]) not in rerun:
                     kept.append(r)
         rows = kept + rows
     rows.sort(key=_key)

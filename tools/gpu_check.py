@@ -37,11 +37,11 @@ def _spatial(ndim: int, v: int) -> tuple[int, ...]:
     return (v,) * ndim
 
 
-def matrix_cases(families: set[str] | None = None) -> list[Case]:
+def matrix_cases(layout_families: set[str] | None = None) -> list[Case]:
     """The interpreter test matrix at GPU-friendly (still small) sizes."""
     cases = []
     for lt in all_layouts():
-        if families and lt.family not in families:
+        if layout_families and lt.layout_family not in layout_families:
             continue
         nd = lt.ndim
         sp = {1: 33, 2: 17, 3: 9}[nd]
@@ -60,7 +60,7 @@ def matrix_cases(families: set[str] | None = None) -> list[Case]:
                 p = base[i % len(base)]
                 cases.append(Case(op, p, lt.name, dt, label=f"{op[5:]} {lt.name} {dt} {p.key()}"))
             fused = [("scale", 0), ("bilinear", 1), ("add", 2), ("add_relu", 1)]
-            fo, nds = fused[(nd + len(lt.family)) % len(fused)]
+            fo, nds = fused[(nd + len(lt.layout_family)) % len(fused)]
             cases.append(Case(op, base[1], lt.name, "fp16", fo, nds, label=f"{op[5:]} {lt.name} fp16 {fo}"))
     return cases
 
@@ -101,6 +101,7 @@ def _choose_instances(idx: int, runnable: list, per_case: int, max_algs: int) ->
 def _compile_job(case: Case, name: str) -> str | None:
     """Compile worker (the tuner's compile-only processes): build one instance for one case."""
     from instance_factory.dtypes import op_kwargs
+    from instance_factory.fast_launch import compile_only
     from instance_factory.harness.operands import make_problem_tensors
     from instance_factory.ops import prepare
     from instance_factory.tuning import compile_ahead
@@ -113,7 +114,7 @@ def _compile_job(case: Case, name: str) -> str | None:
     try:
         _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"],
                           fused_op=case.fused_op, instance=inst, **op_kwargs(case.dtype))
-        with compile_ahead.compile_only_here(True):
+        with compile_only():
             inst.alg.launch(args)
     except Exception as exc:  # the verifying process meets it again and records it
         return f"{type(exc).__name__}: {exc}"[:200]
@@ -338,8 +339,8 @@ def main() -> int:
     summary = []
     with open(out / f"gpu_check{ns.tag}.jsonl", "w") as log:
         log.write(json.dumps(meta) + "\n")
-        fams = set(ns.families.split(",")) if ns.families else None
-        for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(fams)),
+        layout_families = set(ns.families.split(",")) if ns.families else None
+        for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(layout_families)),
                                   (ns.ck, "ck", lambda: [c for c in ck_cases(ns.ck_large or ns.ck_only_large, ns.ck_one_dtype, ns.ck_only_large)
                                                    if c.op in ns.ops]),
                                   (ns.fp8, "fp8", fp8_cases), (ns.large, "large", lambda: [c for c in large_cases() if c.op in ns.ops])):

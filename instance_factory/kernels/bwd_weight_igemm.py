@@ -17,7 +17,7 @@ the channels-last layouts). ``two_stage`` instead folds the tap into the columns
 Program ids are ordered tile-fastest, so programs running together share (split, group, tap) and
 with it the same reduction slab of dy and x in L2.
 
-Algorithms (one registered family each, all sharing the GEMM kernel):
+Algorithms (each registered on its own, all sharing the GEMM kernel):
 
 * ``igemm``         split_k = 1; the fused epilogue runs on the accumulator and the final dtype is
                     stored directly (one launch).
@@ -71,12 +71,12 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_weight_igemm_plan import (
-    FAMILIES,
+    ALGORITHM_NAMES,
     MIN_ITERS_PER_SPLIT,
     PARAM_NAMES,
     SPECS,
+    check_algorithm_config,
     check_config,
-    check_family_config,
     choose_split_k,
     fp8_reason,
     smem_bytes,
@@ -84,7 +84,7 @@ from .bwd_weight_igemm_plan import (
 )
 from .host import SMEM_PER_BLOCK, sm_count
 
-__all__ = ["FAMILIES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "bind", "check_config",
+__all__ = ["ALGORITHM_NAMES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "bind", "check_config",
            "choose_split_k", "chunk_iters", "decline", "sm_count"]
 
 OP_NAME = "conv_bwd_weight"
@@ -328,9 +328,9 @@ def _bwd_weight_finalize_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def _decline(family: str, cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+def _decline(algorithm: str, cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:
-    bad = check_family_config(family, cfg)
+    bad = check_algorithm_config(algorithm, cfg)
     if bad is not None:
         return bad
     if layout.ndim != params.ndim:
@@ -355,9 +355,9 @@ def _decline(family: str, cfg: dict, params: ConvParams, layout: LayoutTriple, d
 
 
 def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp,
-            family: str = "splitk_reduce") -> str | None:
-    """None when an instance of ``family`` with ``cfg`` can run the problem, else why not."""
-    return _decline(family, cfg, params, layout, dtype, fused)
+            algorithm: str = "splitk_reduce") -> str | None:
+    """None when an instance of ``algorithm`` with ``cfg`` can run the problem, else why not."""
+    return _decline(algorithm, cfg, params, layout, dtype, fused)
 
 
 def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
@@ -367,12 +367,12 @@ def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     return (sizes[1] == 1 or sh == ww * sw) and (sizes[0] == 1 or sd == hh * ww * sw)
 
 
-def bind(args: RunArgs, family: str = "splitk_reduce") -> Runner:
-    """A runner filling grad_wei with the ``family`` algorithm; every size is fixed here once."""
+def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
+    """A runner filling grad_wei with ``algorithm`` (igemm, splitk_atomic, ...); every size is fixed here once."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = _decline(family, cfg, p, args.layout, dt, args.fused)
+    why = _decline(algorithm, cfg, p, args.layout, dt, args.fused)
     if why is not None:
-        raise ValueError(f"bwd-weight {family} instance cannot run {p.key()}: {why}")
+        raise ValueError(f"bwd-weight {algorithm} instance cannot run {p.key()}: {why}")
     out = args.out
     if not out.is_contiguous() or out.numel() != geo.w_numel:
         raise ValueError(f"args.out must be a contiguous tensor of {geo.w_numel} elements, "
@@ -384,11 +384,11 @@ def bind(args: RunArgs, family: str = "splitk_reduce") -> Runner:
     dev = out.device
 
     spec_1x1 = cfg["spec"] == "1x1s1p0"
-    flat_taps = family == "two_stage" and not spec_1x1
-    if family == "igemm":
+    flat_taps = algorithm == "two_stage" and not spec_1x1
+    if algorithm == "igemm":
         split = 1
     else:
-        split = int(cfg["split_k"]) or choose_split_k(p, cfg, sm_count(dev), family)
+        split = int(cfg["split_k"]) or choose_split_k(p, cfg, sm_count(dev), algorithm)
 
     R = p.N * math.prod(p.output)
     P = math.prod(p.output)
@@ -404,9 +404,9 @@ def bind(args: RunArgs, family: str = "splitk_reduce") -> Runner:
                              "linear axis (true for every contract layout)")
         flat_r = geo.x_strides[1] == P * geo.x_strides[5] and geo.y_strides[1] == P * geo.y_strides[5]
 
-    if family == "igemm":
+    if algorithm == "igemm":
         mode, slices = _MODE_FUSED, 0
-    elif family == "splitk_atomic" and split > 1:
+    elif algorithm == "splitk_atomic" and split > 1:
         mode, slices = _MODE_ATOMIC, 1
     else:  # splitk_reduce, two_stage, and atomic with one split (a plain store suffices)
         mode, slices = _MODE_SLICE, split
@@ -472,21 +472,21 @@ _DESCRIPTIONS = {
 }
 
 
-def _make(family: str) -> Algorithm:
+def _make(algorithm: str) -> Algorithm:
     def _check(cfg: dict) -> str | None:
-        return check_family_config(family, cfg)
+        return check_algorithm_config(algorithm, cfg)
 
     def _dec(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:
-        return _decline(family, cfg, params, layout, dtype, fused)
+        return _decline(algorithm, cfg, params, layout, dtype, fused)
 
     def _bind(args: RunArgs) -> Runner:
-        return bind(args, family)
+        return bind(args, algorithm)
 
-    return Algorithm(op=OP_NAME, name=family, param_names=PARAM_NAMES, check_config=_check,
-                     decline=_dec, bind=_bind, description=_DESCRIPTIONS[family],
+    return Algorithm(op=OP_NAME, name=algorithm, param_names=PARAM_NAMES, check_config=_check,
+                     decline=_dec, bind=_bind, description=_DESCRIPTIONS[algorithm],
                      kernels=(_bwd_weight_gemm_kernel, _bwd_weight_finalize_kernel))
 
 
-ALGS: dict[str, Algorithm] = {f: register_algorithm(_make(f)) for f in FAMILIES}
+ALGS: dict[str, Algorithm] = {f: register_algorithm(_make(f)) for f in ALGORITHM_NAMES}
 

@@ -1,4 +1,4 @@
-"""The igemm bwd-weight families' tile checks and split planning (host only, no device code).
+"""The igemm bwd-weight algorithms' tile checks and split planning (host only, no device code).
 
 Split from ``bwd_weight_igemm.py``, which keeps the kernels, the problem declines and ``bind``;
 also the fp8 availability check the declines use.
@@ -15,12 +15,12 @@ from ..algorithms import interpreting
 from ..problem import ConvParams
 from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2
 
-__all__ = ["FAMILIES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "check_config",
-           "check_family_config", "choose_split_k", "fp8_reason", "smem_bytes", "tiles_of"]
+__all__ = ["ALGORITHM_NAMES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "check_config",
+           "check_algorithm_config", "choose_split_k", "fp8_reason", "smem_bytes", "tiles_of"]
 
 PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "spec")
 SPECS = ("default", "1x1s1p0")
-FAMILIES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
+ALGORITHM_NAMES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
 
 MAX_ACC_REGS = 256  # fp32 accumulator registers per thread beyond which a tile cannot fit
 MIN_ITERS_PER_SPLIT = 4  # auto split keeps at least this many block_k iterations per split
@@ -34,7 +34,7 @@ def smem_bytes(cfg: dict, elem_bytes: int) -> int:
     return stages * (cfg["block_m"] + cfg["block_n"]) * cfg["block_k"] * elem_bytes
 
 
-def check_family_config(family: str, cfg: dict) -> str | None:
+def check_algorithm_config(algorithm: str, cfg: dict) -> str | None:
     missing = [p for p in PARAM_NAMES if p not in cfg]
     if missing:
         return f"config lacks {', '.join(missing)}"
@@ -57,7 +57,7 @@ def check_family_config(family: str, cfg: dict) -> str | None:
     sk = cfg["split_k"]
     if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
         return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
-    if family == "igemm" and sk != 1:
+    if algorithm == "igemm" and sk != 1:
         return f"igemm has no split-K: split_k must be 1, got {sk}"
     if cfg["spec"] not in SPECS:
         return f"spec={cfg['spec']!r} must be one of {', '.join(SPECS)}"
@@ -72,11 +72,11 @@ def check_family_config(family: str, cfg: dict) -> str | None:
     return None
 
 
-def check_config(cfg: dict, family: str = "splitk_reduce") -> str | None:
-    """None, or why ``cfg`` is an impossible instance of ``family``."""
-    if family not in FAMILIES:
-        return f"unknown bwd-weight igemm family {family!r}"
-    return check_family_config(family, cfg)
+def check_config(cfg: dict, algorithm: str = "splitk_reduce") -> str | None:
+    """None, or why ``cfg`` is an impossible instance of ``algorithm``."""
+    if algorithm not in ALGORITHM_NAMES:
+        return f"unknown bwd-weight igemm family {algorithm!r}"
+    return check_algorithm_config(algorithm, cfg)
 
 
 def tiles_of(params: ConvParams, cfg: dict, flat_taps: bool) -> int:
@@ -87,20 +87,20 @@ def tiles_of(params: ConvParams, cfg: dict, flat_taps: bool) -> int:
     return params.G * taps * m_tiles * triton.cdiv(params.C, cfg["block_n"])
 
 
-def choose_split_k(params: ConvParams, cfg: dict, sm_count: int, family: str = "splitk_reduce") -> int:
+def choose_split_k(params: ConvParams, cfg: dict, sm_count: int, algorithm: str = "splitk_reduce") -> int:
     """Automatic split factor: programs (tiles * split) ~ 3 waves of ``sm_count``, never fewer than
     MIN_ITERS_PER_SPLIT block_k iterations per split, and the fp32 slices of the deterministic modes
     within WORKSPACE_CAP_BYTES. Returns 1 for igemm or when the tiles alone fill two waves."""
-    if family == "igemm":
+    if algorithm == "igemm":
         return 1
-    flat = family == "two_stage" and cfg.get("spec", "default") != "1x1s1p0"
+    flat = algorithm == "two_stage" and cfg.get("spec", "default") != "1x1s1p0"
     tiles = tiles_of(params, cfg, flat)
     iters = triton.cdiv(params.N * math.prod(params.output), cfg["block_k"])
     if tiles >= 2 * sm_count:
         return 1
     split = triton.cdiv(3 * sm_count, tiles)
     split = min(split, max(1, iters // MIN_ITERS_PER_SPLIT), MAX_AUTO_SPLIT)
-    if family in ("splitk_reduce", "two_stage"):
+    if algorithm in ("splitk_reduce", "two_stage"):
         split = min(split, max(1, WORKSPACE_CAP_BYTES // (4 * params.numel("weight"))))
     return max(1, split)
 

@@ -1,13 +1,13 @@
-"""Kernel code and host helpers that several families share.
+"""Kernel code and host helpers that several algorithms share.
 
 Device side (``@triton.jit``): the split-chunk walk of a flattened (n, od, oh, ow) reduction, the
 position and tap decompositions, the per-tap input bounds, and the deterministic split reduce
 kernel (fp32 partials [split, taps, G*K*C] summed in a fixed order, epilogue, convert). Their names
-are part of the kernel identity of every family that calls them (kernel_identity.py): renaming one
-changes those families' kernel hashes, moving one between modules does not.
+are part of the kernel identity of every algorithm that calls them (kernel_identity.py): renaming one
+changes those algorithms' kernel hashes, moving one between modules does not.
 
 Host side: the reduce's launcher and the split runner, split clamping, the contiguity check and
-the config checks of the direct-style families (direct, depthwise, blockdiag).
+the config checks of the direct-style algorithms (direct, depthwise, blockdiag).
 """
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ def finalize_launcher(split: int, total: int, use_int64: bool, epi: dict) -> Bou
                        BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= INT32_LIMIT, num_warps=4, **epi)
 
 
-def require_contiguous(args: RunArgs, family: str) -> None:
+def require_contiguous(args: RunArgs, algorithm: str) -> None:
     """The direct kernels index their operands through flat strides of contiguous tensors."""
     for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
                     *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
-            raise ValueError(f"{family} conv_bwd_weight needs a contiguous {name} tensor")
+            raise ValueError(f"{algorithm} conv_bwd_weight needs a contiguous {name} tensor")
 
 
 def split_chunks(split: int, length: int) -> tuple[int, int]:
@@ -171,12 +171,12 @@ def num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return math.prod(min(s, i) for s, i in zip(strides, input_lens))
 
 
-def check_common(cfg: dict, names: tuple[str, ...], family: str, pow2_blocks: tuple[str, ...]) -> str | None:
-    """The checks every direct-style family shares: all parameters present, num_warps, the named
+def check_common(cfg: dict, names: tuple[str, ...], algorithm: str, pow2_blocks: tuple[str, ...]) -> str | None:
+    """The checks every direct-style algorithm shares: all parameters present, num_warps, the named
     block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
     missing = [n for n in names if n not in cfg]
     if missing:
-        return f"config lacks {', '.join(missing)} ({family} takes {', '.join(names)})"
+        return f"config lacks {', '.join(missing)} ({algorithm} takes {', '.join(names)})"
     if cfg["num_warps"] not in NUM_WARPS:
         return f"num_warps={cfg['num_warps']!r} is not one of {NUM_WARPS}"
     for name in pow2_blocks:

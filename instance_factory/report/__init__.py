@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Attributes load lazily: the CLI imports .commands to build its parser, which should stay cheap.
+# Attributes load lazily: importing the package loads neither pandas nor the renderers.
 _EXPORTS = {
     "BEGIN": "readme", "END": "readme", "MarkersMissing": "readme", "readme_status": "readme",
     "readme_support_matrix": "readme", "update_readme": "readme",
     "EvidenceError": "evidence", "load_evidence": "evidence", "read_evidence_file": "evidence",
     "Report": "model", "build_report": "model",
     "render_html": "htmlpage", "render_markdown": "markdown", "support_matrix_markdown": "tables",
+    "write_report_files": "files",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -161,7 +161,7 @@ def _record(row: dict, backend: str, shown: str, line: int, meta: dict) -> Verif
     tol = _number(row.get("tol"), "tol", shown, line, allow_none=True)
     date = row.get("date") or meta.get("date") or "?"
     kh = row.get("kernel_hash")
-    return VerifyRecord(backend, shown, line, str(meta.get("device", "?")), str(date), op, lt.family, lt.name,
+    return VerifyRecord(backend, shown, line, str(meta.get("device", "?")), str(date), op, lt.layout_family, lt.name,
                         row["dtype"], lt.ndim, row["fused_op"], row["problem"], row["instance"], err, tol, status,
                         str(kh) if kh else None, str(row.get("note", "")))
 

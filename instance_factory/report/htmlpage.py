@@ -9,7 +9,7 @@ from ..epilogue import FUSED_OPS
 from .ck_tables import CK_SOURCES
 from .markdown import DETAIL_HEADER, details_rows
 from .model import Report, best_per_device, group_problem_sets
-from .tables import LEGEND, cell_tokens, ck_comparison, evidence_sources_md, family_header, fused_cell, op_title
+from .tables import LEGEND, cell_tokens, ck_comparison, evidence_sources_md, fused_cell, layout_family_header, op_title
 
 __all__ = ["render_html"]
 
@@ -56,11 +56,11 @@ def _table(header: list[str], rows: list[list[str]], raw: bool = False, first_is
 
 
 def _main_table(report: Report, op: str) -> str:
-    header = [""] + [family_header(f) for f in report.families]
+    header = [""] + [layout_family_header(f) for f in report.layout_families]
     rows = []
     for dt in report.dtypes:
         cells = [_e(dt.label)]
-        for fam in report.families:
+        for fam in report.layout_families:
             toks = cell_tokens(report, op, fam, dt.name)
             if not toks:
                 cells.append('<span class="ev-none">✗</span>')
@@ -104,7 +104,7 @@ def _comparison(report: Report) -> str:
             continue
         c = ck_comparison(report, op)
         parts.append(f"<h3>{_md_inline(op_title(op))} <small class='muted'>vs {_e(CK_SOURCES[op])}</small></h3>")
-        header = [""] + [family_header(f) for f in report.families]
+        header = [""] + [layout_family_header(f) for f in report.layout_families]
         parts.append(_table(header, [[_e(lab)] + [_cmp_cell(x) for x in cells] for lab, cells in c.rows], raw=True))
         lack = c.ck_only + c.fused_ck_only
         extra = c.ours_only + c.fused_ours_only

@@ -47,7 +47,7 @@ def details_rows(report: Report) -> list[list[str]]:
     from ..dtypes import DATA_TYPES
     from ..epilogue import FUSED_OPS
 
-    fams, dts, fos = report.families, list(DATA_TYPES), list(FUSED_OPS)
+    fams, dts, fos = report.layout_families, list(DATA_TYPES), list(FUSED_OPS)
 
     def order(k):
         op, fam, dt, nd, fo = k

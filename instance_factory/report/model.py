@@ -34,7 +34,7 @@ __all__ = ["CPU_DEVICES", "ComboEvidence", "LevelEvidence", "Report", "TuneEvide
 Combination = tuple[str, str, str, int, str]
 CPU_DEVICES = ("cpu",)  # tuning rows from the interpreter: pipeline checks, not GPU evidence
 #: CK's column order first, then any other layout_family of the contract.
-_CK_FAMILY_ORDER = ("nhwgc", "ngchw", "ngchw_kcyx", "gnhwc")
+_CK_LAYOUT_FAMILY_ORDER = ("nhwgc", "ngchw", "ngchw_kcyx", "gnhwc")
 
 
 @dataclass
@@ -129,7 +129,7 @@ class ComboEvidence:
 class Report:
     ops: list[str]
     dtypes: list[DataType]  # table rows
-    families: list[str]  # table columns
+    layout_families: list[str]  # table columns
     combos: dict[Combination, ComboEvidence]
     evidence: EvidenceSet
     tuning: pd.DataFrame  # ok rows on GPUs, with columns current, speedup_vs_cudnn, tflops_eff, combo cols
@@ -152,9 +152,9 @@ class Report:
         return [f for f in FUSED_OPS if f in names and f != "passthrough"]
 
 
-def _ordered_families() -> list[str]:
-    first = [f for f in _CK_FAMILY_ORDER if f in LAYOUT_FAMILIES]
-    return first + [f for f in LAYOUT_FAMILIES if f not in _CK_FAMILY_ORDER]
+def _ordered_layout_families() -> list[str]:
+    first = [f for f in _CK_LAYOUT_FAMILY_ORDER if f in LAYOUT_FAMILIES]
+    return first + [f for f in LAYOUT_FAMILIES if f not in _CK_LAYOUT_FAMILY_ORDER]
 
 
 def _instance_hashes(registry) -> dict[str, str]:
@@ -211,7 +211,7 @@ def _tuning_frame(df: pd.DataFrame, hashes: dict[str, str], notes: list[str]) ->
     flops = ok["problem_key"].map(lambda k: ConvParams.from_key(k.split("|")[4]).flops())
     tf = ok["tflops"].astype(float)
     ok["tflops_eff"] = tf.where(tf.notna(), flops / (ok["median_ms"].astype(float) * 1e-3) / 1e12)
-    ok["layout_family"] = ok["layout"].map(lambda s: parse_layout(s).family)
+    ok["layout_family"] = ok["layout"].map(lambda s: parse_layout(s).layout_family)
     return ok.reset_index(drop=True)
 
 
@@ -291,7 +291,7 @@ def build_report(registry, evidence_dir: str | Path | None = "evidence",
         "tuning_files": db_files,
         "instances": len(registry),
     }
-    return Report(ops, list(DATA_TYPES.values()), _ordered_families(), combos, evidence, tuning, db_files, notes,
+    return Report(ops, list(DATA_TYPES.values()), _ordered_layout_families(), combos, evidence, tuning, db_files, notes,
                   sources)
 
 

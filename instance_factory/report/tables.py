@@ -16,7 +16,7 @@ from ..layouts import layout_for
 from .ck_tables import CK_DTYPE, CK_FUSED, CK_SOURCES, ck_combinations, ck_fused_combinations
 from .model import ComboEvidence, LevelEvidence, Report
 
-__all__ = ["LEGEND", "Mark", "Token", "ck_comparison", "cell_tokens", "family_header", "family_short",
+__all__ = ["LEGEND", "Mark", "Token", "ck_comparison", "cell_tokens", "layout_family_header", "layout_family_short",
            "fused_cell", "op_title", "support_matrix_markdown"]
 
 SUP = {"D": "ᴰ", "I": "ᴵ", "G": "ᴳ", "T": "ᵀ"}
@@ -39,13 +39,13 @@ def op_title(op: str) -> str:
     return f"{_OP_TITLES.get(op, op)} (`{op}`)"
 
 
-def family_header(layout_family: str) -> str:
+def layout_family_header(layout_family: str) -> str:
     """CK's way of naming a column: the 2D layout triple (the 1D/3D ones follow by analogy)."""
     return layout_for(layout_family, 2).name
 
 
-def family_short(layout_family: str) -> str:
-    return _SHORT.get(layout_family, family_header(layout_family))
+def layout_family_short(layout_family: str) -> str:
+    return _SHORT.get(layout_family, layout_family_header(layout_family))
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def main_table_rows(report: Report, op: str) -> list[tuple[str, list[list[Token]]]]:
-    return [(dt.label, [cell_tokens(report, op, fam, dt.name) for fam in report.families]) for dt in report.dtypes]
+    return [(dt.label, [cell_tokens(report, op, lf, dt.name) for lf in report.layout_families]) for dt in report.dtypes]
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,12 +174,13 @@ def fused_cell(report: Report, op: str, fused_op: str) -> FusedCell:
     if not cs:
         return FusedCell([], "✗", "", "ev-none")
     nds = sorted({c.key[3] for c in cs})
-    fams = [f for f in report.families if any(c.key[1] == f for c in cs)]
+    fams = [f for f in report.layout_families if any(c.key[1] == f for c in cs)]
     dts = [d for d in DATA_TYPES if any(c.key[2] == d for c in cs)]
     op_dts = [d for d in DATA_TYPES if any(k[0] == op and k[2] == d and k[4] == "passthrough" and c.declared
                                           for k, c in report.combos.items())]
     full = len(nds) * len(fams) * len(dts)
-    fam_s = "all layouts" if fams == report.families and len(fams) > 1 else "/".join(family_short(f) for f in fams)
+    fam_s = ("all layouts" if fams == report.layout_families and len(fams) > 1
+             else "/".join(layout_family_short(f) for f in fams))
     dt_s = "all dtypes of the table" if dts == op_dts and len(dts) > 1 else "/".join(DATA_TYPES[d].label for d in dts)
     summary = f"{', '.join(f'{n}D' for n in nds)}; {fam_s}; {dt_s}"
     if len(cs) != full:
@@ -231,7 +232,7 @@ def ck_comparison(report: Report, op: str) -> Comparison:
     rows, ck_only, ours_only = [], [], []
     for label, ours, ckl in labels:
         cells = []
-        for fam in report.families:
+        for fam in report.layout_families:
             toks = []
             for nd in NDIMS:
                 have = bool(ours) and report.declared(op, fam, ours, nd)
@@ -247,16 +248,17 @@ def ck_comparison(report: Report, op: str) -> Comparison:
                       and not (ours and report.declared(op, fam, ours, nd))]
             if ck_nds:
                 instr = sorted({i for nd in ck_nds for i in ck[(ckl, fam, nd)]})
-                ck_only.append(f"{ckl} {family_header(fam)} {_nd_list(ck_nds)} (CK {'/'.join(instr)})")
+                ck_only.append(f"{ckl} {layout_family_header(fam)} {_nd_list(ck_nds)} (CK {'/'.join(instr)})")
         rows.append((label, cells))
         if ours:
             extra = {}
-            for fam in report.families:
+            for fam in report.layout_families:
                 nds = [nd for nd in NDIMS if report.declared(op, fam, ours, nd) and not (ckl and (ckl, fam, nd) in ck)]
                 if nds:
                     extra[fam] = nds
             if extra:
-                ours_only.append(f"{label}: " + "; ".join(f"{family_short(f)} {_nd_list(n)}" for f, n in extra.items()))
+                ours_only.append(f"{label}: " + "; ".join(f"{layout_family_short(f)} {_nd_list(n)}"
+                                                          for f, n in extra.items()))
     # fused ops
     ck_f = ck_fused_combinations(op)
     fused_ck_only = []
@@ -268,7 +270,7 @@ def ck_comparison(report: Report, op: str) -> Comparison:
             missing = [nd for nd in f.ndims
                        if not (ours and report.declared(op, f.layout_family, ours, nd, f.fused_op))]
             if missing:
-                fused_ck_only.append(f"{f.ck_name} {family_short(f.layout_family)} {ckl} {_nd_list(missing)}")
+                fused_ck_only.append(f"{f.ck_name} {layout_family_short(f.layout_family)} {ckl} {_nd_list(missing)}")
     fused_ours_only = []
     for fo in report.fused_ops(op):
         cs = [c for k, c in report.combos.items() if k[0] == op and k[4] == fo and c.declared]
@@ -293,7 +295,7 @@ def ck_comparison(report: Report, op: str) -> Comparison:
 # Markdown
 # --------------------------------------------------------------------------------------------
 def _fam_header_md(report: Report) -> list[str]:
-    return [" "] + [family_header(f) for f in report.families]
+    return [" "] + [layout_family_header(f) for f in report.layout_families]
 
 
 def evidence_sources_md(report: Report) -> list[str]:

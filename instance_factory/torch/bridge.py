@@ -42,7 +42,7 @@ def is_channels_last(t: torch.Tensor) -> bool:
 
 
 def prefers_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """The activation family for a convolution of ``x``: the one its strides already have.
+    """The activation format for a convolution of ``x``: the one its strides already have.
 
     When ``x`` is both (one channel, or all spatial sizes 1) or neither (a copy either way), the
     weight's format decides, so that the weight needs no copy either.
@@ -57,10 +57,10 @@ def prefers_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def layout_name(ndim: int, act_channels_last: bool, weight_channels_last: bool) -> str:
     """The CK triple for these formats (a channels-last activation always takes a ``GK..C`` weight)."""
     if act_channels_last:
-        family = "nhwgc"
+        layout_family = "nhwgc"
     else:
-        family = "ngchw" if weight_channels_last else "ngchw_kcyx"
-    return layout_for(family, ndim).name
+        layout_family = "ngchw" if weight_channels_last else "ngchw_kcyx"
+    return layout_for(layout_family, ndim).name
 
 
 @functools.lru_cache(maxsize=4096)

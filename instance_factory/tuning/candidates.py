@@ -1,4 +1,4 @@
-"""Which instances a problem's tuning tries (name filters, spread over the families) and in which
+"""Which instances a problem's tuning tries (name filters, spread over the algorithms) and in which
 order (likely-fast first, so the pruning rule has a good best time early)."""
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ def _match(name: str, patterns: str | Sequence[str]) -> bool:
 
 def candidates_for(problem: Problem, options: TuneOptions | None = None) -> tuple[list[Any], list[tuple[Any, str]]]:
     """(runnable instances, [(declined instance, reason)]) after the options' name filters."""
-    from ..registry import get_registry, spread_over_families
+    from ..registry import get_registry, spread_over_algorithms
 
     opts = options or TuneOptions()
     runnable, declined = get_registry().candidates(problem.op, problem.params, problem.layout,
                                                    problem.dtype, problem.fused_op)
     if opts.instances:
         runnable = [i for i in runnable if _match(i.name, opts.instances)]
-    return spread_over_families(runnable, opts.max_instances), declined
+    return spread_over_algorithms(runnable, opts.max_instances), declined
 
 
 #: C and K per group up to this: a few-channel problem, where the ``direct`` family is meant to win
@@ -39,7 +39,7 @@ FEW_CHANNELS = 8
 
 
 def _gemm_mn(problem: Problem, inst: Any) -> tuple[int, int] | None:
-    """The (M, N) a tensor-core instance tiles with (block_m, block_n); None for other families."""
+    """The (M, N) a tensor-core instance tiles with (block_m, block_n); None for other algorithms."""
     cfg = inst.cfg
     if "block_m" not in cfg or "block_n" not in cfg:
         return None
@@ -71,7 +71,7 @@ def order_candidates(problem: Problem, instances: Sequence[Any]) -> list[Any]:
     def key(item: tuple[int, Any]) -> tuple[int, int, int]:
         idx, inst = item
         mn = _gemm_mn(problem, inst)
-        if mn is None:  # direct (or another non-tiled family)
+        if mn is None:  # direct (or another non-tiled algorithm)
             return (0 if few else 2, 0, idx)
         waste = _tile_waste(inst, mn)
         return (1 if few else 0, round(2 * math.log2(waste)), idx)

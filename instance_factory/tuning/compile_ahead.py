@@ -1,4 +1,6 @@
-"""Compiling ahead without running (GPU): Triton's JIT launch with ``warmup=True`` compiles and returns.
+"""Compiling ahead without running (GPU): each candidate's public call runs once inside
+:func:`~instance_factory.fast_launch.compile_only`, so its kernels compile through Triton's
+``warmup`` and launch nothing.
 
 ``compile_mode="process"``: a pool of worker processes, started once per sweep, compiles the whole
 plan in order into Triton's on-disk cache while the parent measures; ``"thread"``: a thread pool per
@@ -10,73 +12,22 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
+from ..fast_launch import compile_only, compile_only_supported
 from ..harness.operands import ProblemCase, make_case, op_call
 from .candidates import order_candidates
 from .errors import classify_error, fatal_error
 from .options import TuneOptions, past, remaining
 from .problem_sets import Problem
 
-__all__ = ["Precompiler", "compile_all", "compile_only_here", "install_compile_only", "precompile_fits",
-           "precompile_init"]
-
-_COMPILE_ONLY = threading.local()  # .on: launches from this thread only compile
-_PATCH_LOCK = threading.Lock()
-_PATCHED: list[Any] = []  # [original JITFunction.__getitem__] once installed
-
-
-def install_compile_only() -> bool:
-    """Make ``kernel[grid](...)`` compile without launching (``run(..., warmup=True)``) in threads whose
-    ``_COMPILE_ONLY.on`` is set, by wrapping ``JITFunction.__getitem__`` (so no launch fast path can
-    bypass it); other threads are unaffected. False when this Triton's ``run`` has no ``warmup``
-    parameter (then compiling ahead runs the kernels, as before)."""
-    with _PATCH_LOCK:
-        if _PATCHED:
-            return True
-        try:
-            import inspect
-
-            from triton.runtime.jit import JITFunction
-
-            orig = JITFunction.__getitem__
-            if "warmup" not in inspect.signature(JITFunction.run).parameters:
-                return False
-        except Exception:
-            return False
-
-        def getitem(self: Any, grid: Any) -> Any:
-            if getattr(_COMPILE_ONLY, "on", False):
-                return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs)
-            return orig(self, grid)
-
-        getitem.__wrapped__ = orig  # type: ignore[attr-defined]
-        JITFunction.__getitem__ = getitem
-        _PATCHED.append(orig)
-        return True
-
-
-@contextmanager
-def compile_only_here(enabled: bool):
-    """Launches from this thread only compile while inside (when ``enabled``)."""
-    if not enabled:
-        yield
-        return
-    prev = getattr(_COMPILE_ONLY, "on", False)
-    _COMPILE_ONLY.on = True
-    try:
-        yield
-    finally:
-        _COMPILE_ONLY.on = prev
-
+__all__ = ["Precompiler", "compile_all", "precompile_fits", "precompile_init"]
 
 def _compile_workers(opts: TuneOptions) -> int:
     """``compile_workers``, else min(16, usable cores - 1): one core stays with the measuring."""
@@ -105,8 +56,8 @@ def precompile_fits(params: Any, workers: int, device: torch.device) -> bool:
 
 
 def precompile_init(device: str) -> None:
-    """Worker process start: lower priority (the parent measures), pick the device, compile-only."""
-    os.environ["INSTANCE_FACTORY_COMPILE_WORKER"] = "1"
+    """Worker process start: lower priority (the parent measures), pick the device, and whether this
+    Triton can compile without running (a worker never runs kernels beside the measuring)."""
     try:
         os.nice(10)
     except (AttributeError, OSError):
@@ -115,7 +66,7 @@ def precompile_init(device: str) -> None:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     _WORKER["device"] = dev
-    _WORKER["compile_only"] = install_compile_only()
+    _WORKER["compile_only"] = compile_only_supported()
 
 
 def _precompile_one(problem: Problem, name: str, seed: int, alpha: float, beta: float) -> dict | None:
@@ -134,7 +85,7 @@ def _precompile_one(problem: Problem, name: str, seed: int, alpha: float, beta: 
         _WORKER["key"] = problem.key
     inst = get_registry().get(name)
     try:
-        with compile_only_here(_WORKER.get("compile_only", False)):
+        with compile_only(_WORKER.get("compile_only", False)):
             op_call(_WORKER["case"], inst)()
         err = None
     except Exception as exc:  # recorded by the parent (compile errors) or redone there (the rest)
@@ -242,11 +193,11 @@ def _compile_threads(case: ProblemCase, insts: list[Any], opts: TuneOptions, row
     """
     workers = _compile_workers(opts)
     dev = case.device
-    compile_only = dev.type == "cuda" and install_compile_only()
+    only_compile = dev.type == "cuda" and compile_only_supported()
 
     def build(inst: Any) -> tuple[Any, BaseException | None]:
         try:
-            with torch.cuda.device(dev), compile_only_here(compile_only):  # pool threads start on device 0
+            with torch.cuda.device(dev), compile_only(only_compile):  # pool threads start on device 0
                 op_call(case, inst)()
             return inst, None
         except BaseException as exc:  # noqa: BLE001 - recorded as the instance's row
@@ -258,7 +209,7 @@ def _compile_threads(case: ProblemCase, insts: list[Any], opts: TuneOptions, row
             if past(opts.deadline):
                 return ok, True
             _, exc = build(inst)
-            if exc is None and not compile_only:
+            if exc is None and not only_compile:
                 try:
                     torch.cuda.synchronize(dev)
                 except Exception as sync_exc:  # the launch itself broke the context
@@ -275,12 +226,12 @@ def _compile_threads(case: ProblemCase, insts: list[Any], opts: TuneOptions, row
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="if-compile")
     futures = [pool.submit(build, inst) for inst in insts]
     try:
-        if compile_only:
+        if only_compile:
             done, _ = wait(futures, timeout=timeout)
         else:  # kernels may be running: never leave them behind
             done, _ = wait(futures)
     finally:
-        pool.shutdown(wait=not compile_only, cancel_futures=True)
+        pool.shutdown(wait=not only_compile, cancel_futures=True)
     fatal_exc: BaseException | None = None
     for inst, fut in zip(insts, futures):
         if fut not in done or fut.cancelled():
@@ -296,7 +247,7 @@ def _compile_threads(case: ProblemCase, insts: list[Any], opts: TuneOptions, row
             continue
         row(inst, status, f"while compiling: {reason}")
         tick(inst)
-    if not compile_only:
+    if not only_compile:
         try:
             torch.cuda.synchronize(dev)
         except Exception as exc:  # a kernel launched by the pool broke the context

@@ -35,7 +35,7 @@ __all__ = ["Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_
 # ---- the model's constants (H100/H200 class; the neighbour correction absorbs the rest) ------
 #: dense tensor-core rate per compute type, FLOP/s (~790 T measured for bf16 matmul, ARCHITECTURE.md)
 PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
-CUDA_CORE_FLOPS = 50e12  # families without tensor-core tiles (direct, depthwise)
+CUDA_CORE_FLOPS = 50e12  # algorithms without tensor-core tiles (direct, depthwise)
 MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
 DEFAULT_SMS = 132
 MAX_SPLIT = 64
@@ -46,15 +46,15 @@ FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C"
 CLASS_PENALTY = 6.0  # dense vs grouped vs depthwise: different kernels win
 DTYPE_PENALTY = {"same": 0.0, "sibling": 0.25, "same_size": 1.5, "other": 3.0}
 SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"}, {"fp16", "fp16_fp8"})
-LAYOUT_PENALTY = 1.5  # channels-last vs channels-first families
+LAYOUT_PENALTY = 1.5  # channels-last vs channels-first layout families
 FUSED_PENALTY = 0.5
 DEVICE_PENALTY = 1.0  # a row measured on another GPU kind (used where this device has none closer)
 NEIGHBORS_PER_KERNEL = 3
-NEAREST_PROBLEMS = 6  # the family / global fallbacks average over these
+NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
 DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
-UNSEEN_KERNEL = math.log(1.3)  # a kernel no neighbour measured, its family measured
-UNSEEN_FAMILY = math.log(1.6)  # a family no neighbour measured
+UNSEEN_KERNEL = math.log(1.3)  # a kernel no neighbour measured, its algorithm measured
+UNSEEN_ALGORITHM = math.log(1.6)  # an algorithm no neighbour measured
 
 
 def conv_class(params: Any) -> str:
@@ -114,7 +114,7 @@ def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str 
 
 
 def signature(algorithm: str, cfg: Mapping[str, Any] | str) -> str:
-    """A kernel's identity across dtypes and layouts: its family and tile/pipeline parameters."""
+    """A kernel's identity across dtypes and layouts: its algorithm and tile/pipeline parameters."""
     if isinstance(cfg, str):  # the database's instance_params JSON
         return _signature_of_json(algorithm, cfg)
     return algorithm + ":" + ",".join(f"{k}={cfg[k]}" for k in sorted(cfg))
@@ -139,7 +139,7 @@ def _elem_bytes(dtype: str) -> int:
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
              sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
-    the waves the tiles fill, the fewest bytes over memory bandwidth, the family's host floor)."""
+    the waves the tiles fill, the fewest bytes over memory bandwidth, the algorithm's host floor)."""
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
@@ -176,7 +176,7 @@ class _Tuned:
     feats: list[tuple[float, float]]
     best_ms: float
     corrections: dict[str, float] = field(default_factory=dict)  # signature -> log(measured / model)
-    algorithms: dict[str, str] = field(default_factory=dict)  # signature -> family
+    algorithms: dict[str, str] = field(default_factory=dict)  # signature -> algorithm
     winner: str = ""  # the fastest ok instance's name
     foreign: bool = False  # measured on another device kind
 
@@ -186,7 +186,7 @@ class Evidence:
     """Tuned problems of one device (the rows lookup trusts), indexed for :func:`rank`."""
 
     problems: list[_Tuned]
-    host_floor_ms: dict[tuple[str, str], float]  # (op, family) -> the fastest measured call
+    host_floor_ms: dict[tuple[str, str], float]  # (op, algorithm) -> the fastest measured call
     sms: int = DEFAULT_SMS
 
     @classmethod
@@ -212,7 +212,7 @@ class Evidence:
         return ev
 
     def floor(self, op: str, algorithm: str) -> float:
-        """The family's host floor; a family never measured gets the pass's lowest (one launch at least)."""
+        """The algorithm's host floor; one never measured gets the pass's lowest (one launch at least)."""
         got = self.host_floor_ms.get((op, algorithm))
         if got is None:
             known = [v for (o, _), v in self.host_floor_ms.items() if o == op]
@@ -223,7 +223,7 @@ class Evidence:
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
                     floors: dict[tuple[str, str], list[float]]) -> list[_Tuned]:
     """One entry per (device, problem) with an ok row, holding log(ms) per kernel signature; adds the
-    ok times to ``floors`` per (op, family)."""
+    ok times to ``floors`` per (op, algorithm)."""
     from ..problem import ConvParams
     from .database import split_problem_key
 
@@ -300,7 +300,7 @@ class Ranking:
 def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
          candidates: Sequence[tuple[str, str, Mapping[str, Any]]], evidence: Evidence,
          exclude: str | None = None) -> Ranking:
-    """Predicted time of each candidate ``(name, family, cfg)`` on the problem, fastest first
+    """Predicted time of each candidate ``(name, algorithm, cfg)`` on the problem, fastest first
     (ties: candidate order). ``exclude``: a problem key whose evidence is ignored (leave-one-out)."""
     feats = features(op, params)
     cls = conv_class(params)
@@ -316,12 +316,12 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         near.append((d, t))
     near.sort(key=lambda x: (x[0], x[1].key))
     closest = near[:NEAREST_PROBLEMS]
-    fam_corr: dict[str, list[tuple[float, float]]] = {}
+    alg_corr: dict[str, list[tuple[float, float]]] = {}
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
         w = 1.0 / (0.25 + d)
         for sig, c in t.corrections.items():
-            fam_corr.setdefault(t.algorithms[sig], []).append((w, c))
+            alg_corr.setdefault(t.algorithms[sig], []).append((w, c))
             all_corr.append((w, c))
 
     preds = []
@@ -333,11 +333,11 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             ws = [(1.0 / (0.25 + d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
-        elif alg in fam_corr:
-            corr = _wmean(fam_corr[alg]) + UNSEEN_KERNEL
-            basis = f"model + its family's correction ({len(fam_corr[alg])} neighbour rows)"
+        elif alg in alg_corr:
+            corr = _wmean(alg_corr[alg]) + UNSEEN_KERNEL
+            basis = f"model + its family's correction ({len(alg_corr[alg])} neighbour rows)"
         elif all_corr:
-            corr = _wmean(all_corr) + UNSEEN_FAMILY
+            corr = _wmean(all_corr) + UNSEEN_ALGORITHM
             basis = "model + the neighbours' mean correction (family not measured nearby)"
         else:
             corr, basis = 0.0, "model only (no tuned problem of this pass)"

@@ -253,7 +253,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     if not runnable:
         reasons = "; ".join(sorted({r for _, r in declined}))[:500] or "no instance is declared for it"
         raise ValueError(f"no instance can run {key}: {reasons}")
-    # families that have not yet run on a GPU serve only where no proven family can
+    # algorithms that have not yet run on a GPU serve only where no proven algorithm can
     proven = [i for i in runnable if i.algorithm not in UNPROVEN_ALGORITHMS] or runnable
     ranking = rank(op, params, lt.name, dname, fused, [(i.name, i.algorithm, i.cfg) for i in proven],
                    index.evidence(dev), exclude=key if untuned else None)
@@ -271,8 +271,8 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
                   ranking=ranking.predictions, neighbors=ranking.neighbors)
 
 
-#: kernel families not yet verified on a GPU. The tuner still verifies and times them; an untuned
-#: lookup never picks them where another family can run. Empty: ``blockdiag`` passed CK's problem
+#: algorithms (kernel families) not yet verified on a GPU. The tuner still verifies and times them; an untuned
+#: lookup never picks them where another algorithm can run. Empty: ``blockdiag`` passed CK's problem
 #: lists and its tests on an H100 (session 5).
 UNPROVEN_ALGORITHMS: frozenset[str] = frozenset()
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .cost_model import FAILED_FACTOR, Evidence, conv_class, rank
 
-__all__ = ["leave_one_out", "summarize", "summary_markdown"]
+__all__ = ["evaluate_databases", "leave_one_out", "summarize", "summary_markdown"]
 
 
 def _measured(r: Mapping[str, Any]) -> float | None:
@@ -129,3 +129,19 @@ def summary_markdown(results: Sequence[Mapping[str, Any]], title: str = "") -> s
                      f"{s['geomean']:.3f} | {s['worst']:.3f} | {s['below_0.5']} | {s['baseline_geomean']:.3f} | "
                      f"{s['baseline_worst']:.3f} |")
     return "\n".join(x for x in lines if x) + "\n"
+
+
+def evaluate_databases(db: str | None = None, *, stale_rows: bool = False) -> Iterator[str]:
+    """Leave-one-out score of the miss policy on each device's rows of ``db`` (default: every file of
+    the system tier), one Markdown table per (file, device); rows of the current kernels (any
+    software) unless ``stale_rows``."""
+    from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
+
+    paths = [db] if db else sorted(str(p) for p in system_db_dir().glob("*.csv"))
+    hashes = registry_kernel_hashes()
+    for path in paths:
+        df = read_db(path)
+        df = valid_rows(df, kernel_hashes=hashes, ok_only=False) if not stale_rows else df
+        for (device, sms), part in df.groupby(["device", "device_sms"]):
+            res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132)
+            yield summary_markdown(res, title=f"{path}: {device} ({len(res)} problems, each hidden in turn)")

@@ -12,11 +12,12 @@ from typing import Any
 import torch
 
 from ..dtypes import DATA_TYPES
+from ..fast_launch import compile_only, compile_only_supported
 from ..harness import checks, cudnn, timing
 from ..harness.operands import ProblemCase, make_case, op_call, ref_norms
 from ..reference import result_errors
 from .candidates import order_candidates
-from .compile_ahead import Precompiler, compile_all, compile_only_here, install_compile_only
+from .compile_ahead import Precompiler, compile_all
 from .database import current_device, current_software, instance_params_json, now_utc, problem_fields
 from .errors import classify_error, fatal_error, finished_rows
 from .options import PRUNED_TIMING, FatalDeviceError, ProblemRows, TuneOptions, past
@@ -57,7 +58,7 @@ def resolved_compile_mode(tdev: torch.device, opts: TuneOptions) -> str:
     mode = opts.compile_mode
     if mode == "auto":
         mode = "process" if tdev.type == "cuda" else "thread"
-    if mode == "process" and tdev.type == "cuda" and not install_compile_only():
+    if mode == "process" and tdev.type == "cuda" and not compile_only_supported():
         mode = "thread"
     return mode
 
@@ -182,7 +183,7 @@ class _ProblemRun:
         """The first run verifies (and on a GPU is timed against the hard cap); then one timed run.
         On a GPU the kernel is first loaded (or compiled, if compiling ahead did not get to it)
         without running, so that no compile or load lands inside the timed first run."""
-        preload = self.tdev.type == "cuda" and install_compile_only()
+        preload = self.tdev.type == "cuda" and compile_only_supported()
         verified: list[Any] = []
         self.stats["load_s"] = 0.0
         for inst in pending:
@@ -198,7 +199,7 @@ class _ProblemRun:
         try:
             if preload:
                 tl = time.monotonic()
-                with compile_only_here(True):
+                with compile_only():
                     op_call(case, inst)()
                 self.stats["load_s"] += time.monotonic() - tl
             out, warm_ms = checks.run_poisoned(case, inst, timed=self.prune)

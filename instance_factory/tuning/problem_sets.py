@@ -29,6 +29,7 @@ from .schema import OPS
 __all__ = [
     "Problem",
     "expand_problem_set",
+    "gather_problems",
     "list_problem_sets",
     "load_problem_set",
     "normalize_pass",
@@ -158,7 +159,7 @@ def load_problem_set(name_or_path: str | os.PathLike) -> dict:
 
 
 def _layout_name(layout: str, ndim: int) -> str | None:
-    """A family name ("nhwgc") or a CK triple -> the triple for ``ndim`` (None if it does not fit)."""
+    """A layout family name ("nhwgc") or a CK triple -> the triple for ``ndim`` (None if it does not fit)."""
     from ..layouts import LAYOUT_FAMILIES, layout_for, parse_layout
 
     if layout.lower() in LAYOUT_FAMILIES:
@@ -174,7 +175,7 @@ def expand_problem_set(problem_set: Any, *, dtypes: Sequence[str] | None = None,
     dtype, the set's own layer order: what summary tables show; shards sort by key anyway).
 
     ``problem_set``: a set name, a YAML path, a loaded set (dict), or an iterable of Problems
-    (returned in their order, de-duplicated). ``layout`` is a family ("nhwgc", "gnhwc",
+    (returned in their order, de-duplicated). ``layout`` is a layout family ("nhwgc", "gnhwc",
     "ngchw", "ngchw_kcyx") or a CK triple (entries of another ndim are skipped), or a list of them.
     """
     if isinstance(problem_set, (str, os.PathLike)):
@@ -204,6 +205,34 @@ def expand_problem_set(problem_set: Any, *, dtypes: Sequence[str] | None = None,
             raise TypeError(f"expected Problem objects, got {type(pr).__name__}")
         probs.setdefault(pr.key, pr)
     return list(probs.values())
+
+
+def gather_problems(sets: Sequence[str | os.PathLike], keys: Sequence[str] = (), *,
+                    dtypes: Sequence[str] | None = None, passes: Sequence[str] | None = None,
+                    layouts: Sequence[str] | None = None, fused_op: str = "passthrough",
+                    groups: dict[str, list[Problem]] | None = None) -> list[Problem]:
+    """The problems of ``sets`` (names or YAML paths), then those of ``keys``: a full problem key
+    (op|layout|dtype|fused_op|params) or a bare ConvParams key, expanded over ``dtypes`` (default
+    bf16, fp16), ``passes`` and ``layouts`` (default nhwgc). ``groups`` gets them per set name, and
+    those of the keys as "problems"."""
+    lays = list(layouts) if layouts else ["nhwgc"]
+    probs: list[Problem] = []
+    for s in sets:
+        got = expand_problem_set(s, dtypes=dtypes, passes=passes, layout=lays, fused_op=fused_op)
+        probs += got
+        if groups is not None:
+            groups.setdefault(str(s), []).extend(got)
+    n_sets = len(probs)
+    for key in keys:
+        if "|" in key:
+            probs.append(Problem.from_key(key))
+        else:
+            entry = {"problems": [{"name": "", "params": ConvParams.from_key(key)}]}
+            probs += expand_problem_set(entry, dtypes=dtypes or ["bf16", "fp16"], passes=passes, layout=lays,
+                                        fused_op=fused_op)
+    if groups is not None and len(probs) > n_sets:
+        groups["problems"] = probs[n_sets:]
+    return probs
 
 
 def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int]:

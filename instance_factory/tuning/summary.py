@@ -11,7 +11,7 @@ import pandas as pd
 from .database import _frame, best_per_problem
 from .problem_sets import Problem
 
-__all__ = ["describe_params", "load_valid", "summary_frame", "summary_table"]
+__all__ = ["describe_params", "load_valid", "short_instance", "summary_frame", "summary_table", "sweep_tables"]
 
 
 def describe_params(p: Any) -> str:
@@ -114,7 +114,7 @@ def summary_table(rows: pd.DataFrame | Iterable[Mapping[str, Any]], problems: Se
     for r in sf.to_dict("records"):
         inst = r["best instance"] or "(not tuned / no verified instance)"
         if short_names and r["best instance"]:
-            inst = _short_instance(inst)
+            inst = short_instance(inst)
         out.append(f"| {r['problem']} | {r['pass']} | {r['dtype']} | `{inst}` | {_f(r['ms'], '.4f')} | "
                    f"{_tf(r['TFLOP/s'])} | {_f(r['cuDNN ms'], '.4f')} | {_f(r['speedup'], '.2f')} |")
     tuned = sf[sf["ms"].notna()] if len(sf) else sf
@@ -146,7 +146,22 @@ def _tf(v: Any) -> str:
     return f"{f:.1f}" if f >= 1 else f"{f:.2g}"
 
 
-def _short_instance(name: str) -> str:
+def short_instance(name: str) -> str:
     """Drop the op / layout / dtype / fused-op parts the table already shows."""
     parts = name.split("-")
     return "-".join([parts[1], *parts[5:]]) if len(parts) >= 6 else name
+
+
+def sweep_tables(device: Any, problems: Sequence[Problem], groups: Mapping[str, Sequence[Problem]],
+                 extra_files: Sequence[str] = ()) -> str:
+    """A sweep's summary: one table per group (a problem set, or "problems"), each showing the
+    group's problems that are in ``problems`` (this shard's); valid rows as :func:`load_valid` reads
+    them, ``extra_files`` included."""
+    df = load_valid(device, extra_files=extra_files)
+    mine = {p.key for p in problems}
+    tables = []
+    for name, group in groups.items():
+        shown = [p for p in group if p.key in mine]
+        if shown:
+            tables.append(summary_table(df, shown, title=f"{name} on {device.name}"))
+    return "\n".join(tables)

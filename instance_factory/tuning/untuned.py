@@ -131,7 +131,7 @@ def _ms(v: Any) -> str:
 
 def untuned_table(records: Sequence[Mapping[str, Any]], title: str = "") -> str:
     """Markdown: per problem default vs tuned vs cuDNN, then the per-class summary."""
-    from .summary import _short_instance
+    from .summary import short_instance
 
     lines = [f"### {title}", ""] if title else []
     lines += ["| problem | pass | dtype | class | untuned default | default ms | tuned ms | cuDNN ms | "
@@ -140,7 +140,7 @@ def untuned_table(records: Sequence[Mapping[str, Any]], title: str = "") -> str:
         vs = r["cudnn_ms"] / r["default_ms"] if r.get("cudnn_ms") and r.get("default_ms") else None
         bad = " (wrong result!)" if r.get("verified") is False else ""
         lines.append(f"| {r['problem']} | {r['pass']} | {r['dtype']} | {r['class']} | "
-                     f"`{_short_instance(r['default'])}`{bad} | {_ms(r['default_ms'])} | {_ms(r['tuned_ms'])} | "
+                     f"`{short_instance(r['default'])}`{bad} | {_ms(r['default_ms'])} | {_ms(r['tuned_ms'])} | "
                      f"{_ms(r['cudnn_ms'])} | {'-' if r.get('ratio') is None else format(r['ratio'], '.2f')} | "
                      f"{'-' if vs is None else format(vs, '.2f') + 'x'} |")
     lines += ["", "| pass | class | dtype | problems | tuned/default geomean | worst | < 0.5 | default vs cuDNN |",

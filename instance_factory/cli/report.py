@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+from typing import Any
 
-__all__ = ["register", "run_report"]
+__all__ = ["register"]
 
 
-def register(subparsers) -> None:
+def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report", help="support-matrix report (CK-style tables with evidence) as Markdown and HTML",
         description="Build CK-style support tables from the registry, each cell carrying its evidence "
@@ -25,16 +25,17 @@ def register(subparsers) -> None:
     p.add_argument("--update-readme", metavar="README", help="also rewrite the support-matrix block of this file")
     p.add_argument("--check-readme", metavar="README",
                    help="only check that this file's support-matrix block is current (exit 1 if stale)")
-    p.set_defaults(func=run_report)
+    p.set_defaults(func=run)
 
 
-def run_report(ns: argparse.Namespace) -> int:
+def run(ns: argparse.Namespace) -> int:
     from ..registry import get_registry
+    from ..report.evidence import EvidenceError
+    from ..report.files import write_report_files
+    from ..report.model import build_report
+    from ..report.readme import MarkersMissing, readme_status, update_readme
+    from ..report.tables import support_matrix_markdown
     from ..tuning.database import DatabaseError
-    from .evidence import EvidenceError
-    from .model import build_report
-    from .readme import MarkersMissing, readme_status, update_readme
-    from .tables import support_matrix_markdown
 
     try:
         report = build_report(get_registry(ns.configs), ns.evidence, ns.db,
@@ -43,19 +44,7 @@ def run_report(ns: argparse.Namespace) -> int:
             ok, msg = readme_status(ns.check_readme, support_matrix_markdown(report))
             print(msg, file=sys.stdout if ok else sys.stderr)
             return 0 if ok else 1
-        out = Path(ns.out)
-        out.mkdir(parents=True, exist_ok=True)
-        written = []
-        if ns.format in ("md", "both"):
-            from .markdown import render_markdown
-
-            (out / "support_matrix.md").write_text(render_markdown(report), encoding="utf-8")
-            written.append(out / "support_matrix.md")
-        if ns.format in ("html", "both"):
-            from .htmlpage import render_html
-
-            (out / "support_matrix.html").write_text(render_html(report), encoding="utf-8")
-            written.append(out / "support_matrix.html")
+        written = write_report_files(report, ns.out, ns.format)
         if ns.update_readme:
             changed = update_readme(ns.update_readme, support_matrix_markdown(report))
             print(f"{ns.update_readme}: support matrix {'updated' if changed else 'already current'}")

@@ -1,0 +1,94 @@
+"""``instance-factory db``: show, summarize, compact or evaluate the tuning databases.
+
+    instance-factory db summary | instance-factory db show --problem 56x56
+    instance-factory db evaluate                                      # leave-one-out score of the miss policy
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+_SHOWN_COLUMNS = ["problem_key", "instance", "status", "median_ms", "tflops", "cudnn_ms", "speedup", "rel_err"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("db", help="show or summarize the tuning databases")
+    p.add_argument("action", choices=["summary", "show", "path", "compact", "evaluate"], nargs="?",
+                   default="summary",
+                   help="compact: rewrite the user tier (or --db) with one row per result, sorted; evaluate: "
+                        "leave-one-out score of the miss policy on the shipped rows (or --db)")
+    p.add_argument("--db", help="one database file (default: this device's system and user tiers)")
+    p.add_argument("--problem", help="only problem keys containing this text")
+    p.add_argument("--best", action="store_true", help="show only the best row per problem")
+    p.add_argument("--all", action="store_true", help="show rows of other devices/software and stale rows too")
+    p.set_defaults(func=run)
+
+
+def run(ns: argparse.Namespace) -> int:
+    from ..tuning.database import current_device, system_db_dir, system_db_path, user_db_path
+
+    dev = current_device()
+    if ns.action == "evaluate":
+        from ..tuning.miss_eval import evaluate_databases
+
+        for table in evaluate_databases(ns.db, stale_rows=ns.all):
+            print(table)
+        return 0
+    if ns.db:
+        from ..tuning.plan import resolve_db
+
+        paths = [resolve_db(ns.db, dev).path]
+    else:
+        paths = [system_db_path(dev.kind), user_db_path(dev.kind)]
+    if ns.action == "compact":
+        from ..tuning.database import TuningDB
+
+        for path in paths:
+            if path.exists() and (ns.db or path != system_db_path(dev.kind)):
+                print(f"{path}: compacted to {TuningDB(path).compact()} rows (one per identity, sorted)")
+        return 0
+    if ns.action == "path":
+        print(f"system tier  {system_db_dir()}  (this device: {system_db_path(dev.kind)})")
+        print(f"user tier    {user_db_path(dev.kind)}")
+        return 0
+    _show(ns, dev, paths)
+    return 0
+
+
+def _show(ns: argparse.Namespace, dev: Any, paths: list[Any]) -> None:
+    """``db summary`` (rows per device, software and status) or ``db show`` (the rows themselves)."""
+    import pandas as pd
+
+    from ..tuning.database import current_software, read_db, registry_kernel_hashes, valid_rows
+
+    hashes = registry_kernel_hashes()
+    sw = current_software()
+    for path in paths:
+        if not path.exists():
+            print(f"{path}: (no file)")
+            continue
+        df = read_db(path)
+        valid = valid_rows(df, device=dev, software=sw, kernel_hashes=hashes, ok_only=False)
+        if ns.action == "summary":
+            print(f"{path}: {len(df)} rows, {df['problem_key'].nunique()} problems; "
+                  f"{len(valid)} rows valid for {dev.name} with triton {sw.triton}, torch {sw.torch}, "
+                  f"instance_factory {sw.package} ({len(df) - len(valid)} for other devices/software or stale)")
+            if len(df):
+                g = df.groupby(["device", "package_version", "status"]).size().rename("rows").reset_index()
+                print(g.to_string(index=False))
+            print()
+        else:
+            show = df if ns.all else valid
+            if ns.problem:
+                show = show[show["problem_key"].str.contains(ns.problem, regex=False)]
+            if ns.best:
+                from ..tuning.database import best_per_problem
+
+                show = best_per_problem(show)
+            with pd.option_context("display.max_colwidth", 90, "display.width", 250):
+                print(f"{path}: {len(show)} rows")
+                if len(show):
+                    print(show[_SHOWN_COLUMNS].to_string(index=False))
