@@ -34,7 +34,7 @@ run_step() {
     pytest_gpu) step pytest_gpu "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider \
          tests/test_gpu_kernels.py tests/test_tuning_gpu.py tests/test_fast_launch.py \
          tests/test_direct_grouped.py tests/test_bwd_data_igemm.py tests/test_bwd_weight_igemm.py \
-         tests/test_torch_integration.py ;;
+         tests/test_torch_integration.py tests/test_depthwise_stream.py ;;
     ck_blockdiag) step ck_blockdiag "$secs" python3 tools/gpu_check.py --ck --algorithms blockdiag \
          --out "$RES" --tag blockdiag --budget-s $((secs - 30)) ;;
     pytest_dws) step pytest_dws "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_depthwise_stream.py ;;
