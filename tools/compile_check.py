@@ -74,15 +74,18 @@ def compile_launch(fn, args: tuple, constexprs: dict, target: GPUTarget):
     return triton.compile(ASTSource(fn, signature, consts, attrs), target=target, options=opts)
 
 
-def resource_usage(kernel) -> dict[str, int]:
-    """Registers, stack (spills) and static shared memory of a compiled kernel, read from its cubin
-    with the cuobjdump that Triton's wheel carries (no driver needed)."""
+def _cuobjdump(kernel, flag: str) -> str:
+    """cuobjdump (the one Triton's wheel carries: no driver needed) run on the kernel's cubin."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
-        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(kernel) -> dict[str, int]:
+    """Registers, stack (spills) and static shared memory of a compiled kernel, read from its cubin."""
+    text = _cuobjdump(kernel, "--dump-resource-usage")
     return {k.lower(): int(v) for k, v in re.findall(r"(REG|STACK|SHARED):(\d+)", text)}
 
 
@@ -104,13 +107,8 @@ def dump_sass(kernel, stem: str) -> None:
     """``stem``.sass (cuobjdump --dump-sass of the cubin) and ``stem``.ptx: read the inner loop's
     instruction mix without a GPU."""
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True, check=True).stdout
     with open(stem + ".sass", "w") as f:
-        f.write(sass)
+        f.write(_cuobjdump(kernel, "--dump-sass"))
     with open(stem + ".ptx", "w") as f:
         f.write(kernel.asm["ptx"])
 

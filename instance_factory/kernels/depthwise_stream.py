@@ -1,25 +1,28 @@
-"""Few-channel conv_bwd_weight (depthwise first) as one stream over the output: the "dwstream" family.
+"""Depthwise conv_bwd_weight (C = 1, depth multiplier K <= 4) as one stream over the output: "dwstream".
 
-dw[g, k, c, t] = sum over output positions o of dy[o, g, k] * x[o*s - p + t*dil, g, c]
+dw[g, k, 0, t] = sum over output positions o of dy[o, g, k] * x[o*s - p + t*dil, g, 0]
 
 ``depthwise`` gives each filter row its own program, so dy is read once per filter row and a 7x7
 filter reads it seven times; ``direct`` decomposes every position of a tile with integer divisions.
-Here one program owns a block of result channels (the flattened (g, k, c) axis, contiguous in the
-channels-last layouts) and a block of taps (by default all of them, flattened over (z, y, x)), and
-walks a contiguous chunk of the (output row, column tile) sequence: row index math is scalar, each
-step loads one [BLOCK_W x BLOCK_CH] tile of dy and one [BLOCK_T x BLOCK_W x BLOCK_CH] gather of x
-(neighbouring taps hit the same L1 lines), and the products accumulate elementwise in fp32; the
-column axis is reduced once, at the end of the chunk. With ``prefetch`` the next step's tiles are
-loaded before the current step's products (two steps of loads in flight per warp).
+Here one program owns a block of result channels (the flattened (g, k) axis, contiguous in the
+channels-last layouts), a block of taps (by default all of them, flattened over (z, y, x)) and one
+column tile, and walks a chunk of output rows. The column tile's offsets and masks are loop
+invariants, the row state advances by carries (no divisions in the loop), taps past the filter read
+in-bounds inputs and are dropped at the store, and dy is loaded broadcast over the taps in x's
+register layout (no exchange through shared memory). Products accumulate elementwise in fp32; the
+column axis is reduced once, at the end. With ``prefetch`` the next row's tiles are loaded before
+the current row's products.
 
 Operand strides other than the channel one are passed divided by VEC (the largest power of two
-<= 8 that divides all of them and G*K*C) and multiplied back by the constexpr VEC in the kernel, so
+<= 8 that divides all of them and G*K) and multiplied back by the constexpr VEC in the kernel, so
 Triton can prove 16-byte alignment of every channel run and vectorize the loads even when G is
 not a multiple of 16 (Triton only specializes integers divisible by 16).
 
-Grid = (channel blocks, tap blocks, split chunks). split == 1 applies the epilogue and stores;
-split > 1 stores fp32 partials [split, taps, G*K*C] that ``direct``'s deterministic reduce sums in a
-fixed order, applies the epilogue to and converts.
+Grid = (channel blocks x column tiles, tap blocks, row chunks). One program in all applies the
+epilogue and stores; otherwise each stores fp32 partials [row chunk x column tile, taps, G*K] that
+``direct``'s deterministic reduce sums in a fixed order, applies the epilogue to and converts.
+The kernel keeps the general (g, k, c) channel indexing; ``decline`` limits it to C = 1, where it
+was measured (docs/BENCHMARKS.md, session 6).
 """
 
 from __future__ import annotations
@@ -272,7 +275,7 @@ def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fus
 ALGORITHM = register_algorithm(Algorithm(
     op="conv_bwd_weight", name="dwstream", param_names=_PARAMS,
     check_config=check_config, decline=decline, bind=bind,
-    description="few-channel / depthwise wgrad as one stream over the output: all taps of a channel block "
-                "per program, scalar row walk, optional prefetch, split reduction with a deterministic reduce",
+    description="depthwise wgrad as one stream over the output rows: all taps of a channel block and one "
+                "column tile per program, loop-invariant offsets, optional prefetch, deterministic split reduce",
     kernels=(_dwstream_kernel, _dw_finalize_kernel),
 ))
