@@ -36,10 +36,13 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "split": "sp",
     "block_t": "t",
     "prefetch": "pf",
+    "block_r": "r",
+    "block_x": "x",
+    "unroll": "u",
     "spec": "",
 }
 # the value 0 of these parameters means "chosen by the launcher" / "all": written as a word
-_ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all"}
+_ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all", "block_x": "auto", "unroll": "auto"}
 
 
 def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:

@@ -1,0 +1,108 @@
+"""The ``dwslide`` conv_bwd_weight algorithm (depthwise, sliding register window along the row):
+every layout family and ndim, dtypes, splits, window sizes (whole row, tap blocks, a last block
+partly past the filter), strides that slide by 1 and 2 slots and ones that reload (stride not a
+multiple of the dilation), unroll factors, fused ops, int64 offsets, determinism, declines. Fresh
+random data, NaN-poisoned result, float64 reference (the harness of test_direct_grouped.py); the
+interpreter on CPU, or a CUDA GPU."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from test_direct_grouped import FUSED_CASES, P, run_case, shape  # noqa: E402
+
+from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
+from instance_factory.kernels import depthwise_slide as dsl  # noqa: E402
+from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+
+ALG = ALGORITHMS[("conv_bwd_weight", "dwslide")]
+CFG = dict(block_r=4, block_ch=8, block_x=0, unroll=0, num_warps=1, split=3)
+
+
+def check(p, dtype: str = "fp32", **kw) -> None:
+    err = run_case("weight", p, dtype=dtype, algorithm="dwslide", base_cfg=CFG, **kw)
+    tol = DATA_TYPES[dtype].tolerance
+    assert err <= tol, f"dwslide {p} {dtype} {kw}: rel. error {err:.3g} > {tol}"
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
+@pytest.mark.parametrize("kc", [(1, 1), (3, 1)], ids=["depthwise", "multiplier3"])
+def test_layouts_ndims(ndim, layout_family, kc):
+    check(shape(ndim, G=5, K=kc[0], C=kc[1]), layout_family=layout_family, seed=71)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])
+@pytest.mark.parametrize("split", [1, 7])
+def test_dtypes_splits(dtype, split):
+    p = P(2, 8, 3, 1, 1, (3, 3), (7, 9), (2, 1), (1, 1), (1, 2), (0, 1))
+    check(p, dtype=dtype, cfg=dict(split=split), seed=72)
+
+
+# (filter x, stride x, dilation x): slides by 1, by 2, by 1 at dilation 2 (stride 2), reloads
+# (stride 3 > window 2; stride 1 at dilation 2), a window longer than the row
+@pytest.mark.parametrize("fsd", [(5, 1, 1), (5, 2, 1), (4, 2, 2), (2, 3, 1), (3, 1, 2), (9, 1, 1)],
+                         ids=["s1", "s2", "s2d2", "s3-reload", "d2-reload", "wide"])
+@pytest.mark.parametrize("window", [dict(block_x=0, unroll=0), dict(block_x=3, unroll=1), dict(block_x=8, unroll=2)],
+                         ids=["auto", "x3-u1", "x8-u2"])
+def test_windows(fsd, window):
+    f, s, d = fsd
+    check(P(2, 9, 2, 1, 1, (2, f), (5, 13), (1, s), (1, d), (1, 2), (0, 1)), cfg=window, seed=73)
+
+
+@pytest.mark.parametrize("cfg", [dict(block_r=1, block_ch=1, block_x=1, unroll=1, num_warps=1, split=1),
+                                 dict(block_r=8, block_ch=4, block_x=2, unroll=3, num_warps=1, split=5),
+                                 dict(block_r=32, block_ch=32, block_x=0, unroll=0, num_warps=4, split=0)])
+def test_configs(cfg):
+    """Rows in flight narrower and wider than a chunk, channel blocks narrower and wider than G*K
+    (G=9: no 16-byte vectors), auto split."""
+    check(P(2, 9, 2, 1, 1, (2, 5), (6, 11), (1, 1), (1, 1), (1, 2), (0, 2)), cfg=cfg, seed=74)
+
+
+@pytest.mark.parametrize("case", FUSED_CASES,
+                         ids=["passthrough", "scale", "bilinear", "add1", "add3", "add_relu", "user0", "user2"])
+@pytest.mark.parametrize("split", [1, 3])
+def test_fused_ops(case, split):
+    op, n_ds, user_ref = case
+    check(shape(2, G=3, K=1, C=1), op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, user_ref=user_ref,
+          cfg=dict(split=split), dtype="fp16" if n_ds == 3 else "fp32", seed=75)
+
+
+def test_deterministic_and_int64():
+    p = shape(3, G=4, K=2, C=1)
+    _, a = run_case("weight", p, cfg=dict(split=7), seed=76, return_out=True, algorithm="dwslide", base_cfg=CFG)
+    _, b = run_case("weight", p, cfg=dict(split=7), seed=76, return_out=True, algorithm="dwslide", base_cfg=CFG)
+    assert torch.equal(a, b)
+    check(p, cfg=dict(split=3), force_int64=True, op="add", n_ds=1, seed=77)
+
+
+def test_window_plan():
+    assert dsl.window_plan(7, 1, 1, 0, 0) == (7, 1, 7)  # 7 taps slide by one: unrolled 7 times
+    assert dsl.window_plan(5, 2, 1, 0, 0) == (5, 2, 3)
+    assert dsl.window_plan(31, 1, 1, 0, 0) == (8, 1, 8)  # four tap blocks of eight
+    assert dsl.window_plan(3, 1, 2, 0, 0) == (3, 0, 1)  # stride 1 at dilation 2: reload
+    assert dsl.window_plan(3, 4, 2, 0, 2) == (3, 2, 2)
+    assert dsl.window_plan(3, 3, 1, 0, 0) == (3, 0, 1)  # no overlap between columns
+
+
+def test_declines_and_configs():
+    lt, dt, fused = layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    wide = P(2, 4, 2, 16, 16, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert "C = 1, K <= 4" in ALG.decline(CFG, wide, lt, dt, fused)
+    assert "fp16_fp8" in ALG.decline(CFG, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
+    big = P(2, 4, 2, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    assert "registers" in ALG.decline(dict(CFG, block_r=32, block_ch=64, num_warps=4), big, lt, dt, fused)
+    assert ALG.decline(dict(CFG, block_r=32, block_ch=32, num_warps=4), big, lt, dt, fused) is None
+    assert "block_x" in ALG.check_config(dict(CFG, block_x=9))
+    assert "unroll" in ALG.check_config(dict(CFG, unroll=-1))
+    assert "lacks" in ALG.check_config(dict(block_r=8))
+    assert dsl.auto_split(1000, 4, 8, 132) == 125 and dsl.auto_split(10**6, 4, 32, 132) == 264
