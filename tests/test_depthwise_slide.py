@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ALG = ALGORITHMS[("conv_bwd_weight", "dwslide")]
-CFG = dict(block_r=4, block_ch=8, block_x=0, unroll=0, num_warps=1, split=3)
+CFG = dict(block_r=4, block_ch=8, block_x=0, unroll=0, prefetch=1, num_warps=1, split=3)
 
 
 def check(p, dtype: str = "fp32", **kw) -> None:
@@ -52,16 +52,16 @@ def test_dtypes_splits(dtype, split):
 # (stride 3 > window 2; stride 1 at dilation 2), a window longer than the row
 @pytest.mark.parametrize("fsd", [(5, 1, 1), (5, 2, 1), (4, 2, 2), (2, 3, 1), (3, 1, 2), (9, 1, 1)],
                          ids=["s1", "s2", "s2d2", "s3-reload", "d2-reload", "wide"])
-@pytest.mark.parametrize("window", [dict(block_x=0, unroll=0), dict(block_x=3, unroll=1), dict(block_x=8, unroll=2)],
-                         ids=["auto", "x3-u1", "x8-u2"])
+@pytest.mark.parametrize("window", [dict(block_x=0, unroll=0, prefetch=0), dict(block_x=3, unroll=1, prefetch=1),
+                                    dict(block_x=8, unroll=2, prefetch=1)], ids=["auto-pf0", "x3-u1-pf1", "x8-u2-pf1"])
 def test_windows(fsd, window):
     f, s, d = fsd
     check(P(2, 9, 2, 1, 1, (2, f), (5, 13), (1, s), (1, d), (1, 2), (0, 1)), cfg=window, seed=73)
 
 
-@pytest.mark.parametrize("cfg", [dict(block_r=1, block_ch=1, block_x=1, unroll=1, num_warps=1, split=1),
-                                 dict(block_r=8, block_ch=4, block_x=2, unroll=3, num_warps=1, split=5),
-                                 dict(block_r=32, block_ch=32, block_x=0, unroll=0, num_warps=4, split=0)])
+@pytest.mark.parametrize("cfg", [dict(block_r=1, block_ch=1, block_x=1, unroll=1, prefetch=0, num_warps=1, split=1),
+                                 dict(block_r=8, block_ch=4, block_x=2, unroll=3, prefetch=1, num_warps=1, split=5),
+                                 dict(block_r=16, block_ch=16, block_x=0, unroll=0, prefetch=1, num_warps=2, split=0)])
 def test_configs(cfg):
     """Rows in flight narrower and wider than a chunk, channel blocks narrower and wider than G*K
     (G=9: no 16-byte vectors), auto split."""
@@ -104,5 +104,6 @@ def test_declines_and_configs():
     assert ALG.decline(dict(CFG, block_r=32, block_ch=32, num_warps=4), big, lt, dt, fused) is None
     assert "block_x" in ALG.check_config(dict(CFG, block_x=9))
     assert "unroll" in ALG.check_config(dict(CFG, unroll=-1))
+    assert "prefetch" in ALG.check_config(dict(CFG, prefetch=2))
     assert "lacks" in ALG.check_config(dict(block_r=8))
     assert dsl.auto_split(1000, 4, 8, 132) == 125 and dsl.auto_split(10**6, 4, 32, 132) == 264

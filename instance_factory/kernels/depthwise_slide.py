@@ -47,7 +47,7 @@ from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "MAX_WINDOW", "auto_split", "bind", "check_config", "decline", "window_plan"]
 
-_PARAMS = ("block_r", "block_ch", "block_x", "unroll", "num_warps", "split")
+_PARAMS = ("block_r", "block_ch", "block_x", "unroll", "prefetch", "num_warps", "split")
 MAX_WINDOW = 8  # register slots of the sliding window (taps along x per program)
 _MAX_REGS_PER_THREAD = 128  # fp32 accumulators + window values per thread: no spills
 
@@ -80,6 +80,13 @@ def _column(x_rows, col, xs_w, rlim, cmask, VEC: tl.constexpr):
     cc = tl.where(col >= 0, col, 2147483647)  # left of the row: past every limit (scalar & tensor bools
     m = (cc < rlim)[:, None] & cmask[None, :]  # mistype in the interpreter, so one int compare per row)
     return tl.load(x_rows + col * xs_w * VEC, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _dy_column(y_rows, ow, ys_w, ylim, cmask, VEC: tl.constexpr):
+    """dy at output column ow [rows, channels] as fp32; zeros past the row (ylim = Wo) or a dead row (0)."""
+    m = (ow < ylim)[:, None] & cmask[None, :]
+    return tl.load(y_rows + ow * ys_w * VEC, mask=m, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -149,7 +156,7 @@ def _dwslide_kernel(
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
     ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # dy strides (n, d, h, w divided by VEC)
     K: tl.constexpr, C: tl.constexpr, VEC: tl.constexpr,
-    TXB: tl.constexpr, SHIFT: tl.constexpr, UNROLL: tl.constexpr,
+    TXB: tl.constexpr, SHIFT: tl.constexpr, UNROLL: tl.constexpr, PREFETCH: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_CH: tl.constexpr,
     FINAL: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
@@ -205,11 +212,22 @@ def _dwslide_kernel(
         rlim = tl.where(row_ok, Wi, 0)
         x_rows = x_ptr + ((n * xs_n + i_d * xs_d + i_h * xs_h) * VEC)[:, None] + x_ch[None, :]
         y_rows = dy_ptr + ((n * ys_n + od * ys_d + oh * ys_h) * VEC)[:, None] + y_ch[None, :]
-        ym = live[:, None] & cmask[None, :]
+        ylim = tl.where(live, Wo, 0)  # dy column ow of this row exists where ow < ylim
         x0, x1, x2, x3, x4, x5, x6, x7 = _slide(0, TXB, a0, a0, a0, a0, a0, a0, a0, a0,
                                                 x_rows, col0, dil_w, xs_w, rlim, cmask, VEC)
+        if PREFETCH:  # the window of the next column too: new slots load two columns ahead
+            w0, w1, w2, w3, w4, w5, w6, w7 = _slide(SHIFT, TXB, x0, x1, x2, x3, x4, x5, x6, x7,
+                                                    x_rows, col0 + s_w, dil_w, xs_w, rlim, cmask, VEC)
+        dyv = _dy_column(y_rows, 0, ys_w, ylim, cmask, VEC)
         for ow in tl.range(0, Wo, loop_unroll_factor=UNROLL):
-            dyv = tl.load(y_rows + ow * ys_w * VEC, mask=ym, other=0.0).to(tl.float32)
+            # the next column's loads are issued before this column's products
+            dyn = _dy_column(y_rows, ow + 1, ys_w, ylim, cmask, VEC)
+            if PREFETCH:
+                n0, n1, n2, n3, n4, n5, n6, n7 = _slide(SHIFT, TXB, w0, w1, w2, w3, w4, w5, w6, w7,
+                                                        x_rows, col0 + (ow + 2) * s_w, dil_w, xs_w, rlim, cmask, VEC)
+            else:
+                n0, n1, n2, n3, n4, n5, n6, n7 = _slide(SHIFT, TXB, x0, x1, x2, x3, x4, x5, x6, x7,
+                                                        x_rows, col0 + (ow + 1) * s_w, dil_w, xs_w, rlim, cmask, VEC)
             a0 = _fma(0, TXB, a0, x0, dyv)
             a1 = _fma(1, TXB, a1, x1, dyv)
             a2 = _fma(2, TXB, a2, x2, dyv)
@@ -218,8 +236,12 @@ def _dwslide_kernel(
             a5 = _fma(5, TXB, a5, x5, dyv)
             a6 = _fma(6, TXB, a6, x6, dyv)
             a7 = _fma(7, TXB, a7, x7, dyv)
-            x0, x1, x2, x3, x4, x5, x6, x7 = _slide(SHIFT, TXB, x0, x1, x2, x3, x4, x5, x6, x7,
-                                                    x_rows, col0 + (ow + 1) * s_w, dil_w, xs_w, rlim, cmask, VEC)
+            dyv = dyn
+            if PREFETCH:
+                x0, x1, x2, x3, x4, x5, x6, x7 = w0, w1, w2, w3, w4, w5, w6, w7
+                w0, w1, w2, w3, w4, w5, w6, w7 = n0, n1, n2, n3, n4, n5, n6, n7
+            else:
+                x0, x1, x2, x3, x4, x5, x6, x7 = n0, n1, n2, n3, n4, n5, n6, n7
 
     GKC = GKC_V * VEC
     _store_tap(0, TXB, a0, tz, ty, tx0, FX, TAPS, FY, j, g, k, c, cmask, sid, GKC, out_ptr, ws_ptr,
@@ -296,7 +318,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     final = split == 1
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     main = BoundKernel(_dwslide_kernel, (base, split),
-                       K=geo.K, C=geo.C, VEC=vec, TXB=txb, SHIFT=shift, UNROLL=unroll,
+                       K=geo.K, C=geo.C, VEC=vec, TXB=txb, SHIFT=shift, UNROLL=unroll, PREFETCH=bool(cfg["prefetch"]),
                        BLOCK_R=block_r, BLOCK_CH=block_ch, FINAL=final, USE_INT64=use_int64,
                        num_warps=num_warps, **epi)
     sizes = (gkc // vec, rows, chunk, fz * fy, xblocks, *geo.out3, *geo.in3, fy, fx, taps,
@@ -316,6 +338,8 @@ def check_config(cfg: dict) -> str | None:
     un = cfg["unroll"]
     if not isinstance(un, int) or isinstance(un, bool) or not 0 <= un <= 16:
         return f"unroll={un!r} must be 0 (the window's lifetime) or a factor from 1 to 16"
+    if cfg["prefetch"] not in (0, 1):
+        return f"prefetch={cfg['prefetch']!r} must be 0 or 1"
     return None
 
 
@@ -326,9 +350,10 @@ def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fus
         return (f"dwslide serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this problem "
                 f"has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
     fx = p.filter[-1]
-    txb, _, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg["block_x"], cfg["unroll"])
+    txb, shift, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg["block_x"], cfg["unroll"])
     per_thread = cfg["block_r"] * cfg["block_ch"] / (32 * cfg["num_warps"])
-    regs = (2 * txb + 1) * per_thread
+    ahead = (shift or txb) if cfg["prefetch"] else 0  # the next window's new slots
+    regs = (2 * txb + 1 + ahead) * per_thread
     if regs > _MAX_REGS_PER_THREAD:
         return (f"a window of {txb} taps x block_r={cfg['block_r']} x block_ch={cfg['block_ch']} needs {regs:g} "
                 f"fp32 registers per thread with num_warps={cfg['num_warps']} (more than {_MAX_REGS_PER_THREAD})")
