@@ -1,8 +1,9 @@
 """The kernel families ("algorithms") an instance can name, and what each must provide.
 
-A kernel module registers one ``Algorithm`` per family: the ordered tile/pipeline parameters its
-instances carry, a check that culls impossible configs at expansion time, a check that says why an
-instance declines a problem, and ``bind``: given one problem's RunArgs it does all the per-problem
+A kernel module registers one ``Algorithm`` per family: its ``config`` class (a frozen dataclass of
+the tile/pipeline parameters its instances carry, in order, whose ``check`` culls impossible configs
+at expansion time: kernel_config.py), a check that says why an instance declines a problem, and
+``bind``: given one problem's RunArgs it does all the per-problem
 host work once (grid, scalars, tables, constexprs) and returns a ``Runner`` that fills a
 preallocated result from the per-call tensors. The public ops cache runners per problem plan, so a
 repeated call costs only the tensor checks, the allocation and the launches. The factory, the
@@ -12,7 +13,7 @@ registry, the public ops and the tuner only talk to kernels through this table.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 from .dtypes import DataType
 from .epilogue import FusedOp
 from .geometry import ConvGeometry
+from .kernel_config import KernelConfig, dict_config
 from .layouts import LayoutTriple
 from .problem import ConvParams
 
@@ -47,7 +49,7 @@ class RunArgs:
     b: torch.Tensor  # bwd data: weight;   bwd weight: grad_out
     ds: tuple[torch.Tensor, ...]
     out: torch.Tensor  # preallocated result (grad_in or grad_wei) in its final dtype
-    cfg: dict[str, Any]  # the instance's tile/pipeline parameters
+    cfg: KernelConfig  # the instance's tile/pipeline parameters (Instance.kernel_config)
     geo: ConvGeometry | None = None  # built from params and layout when not given
 
     def __post_init__(self) -> None:
@@ -55,23 +57,50 @@ class RunArgs:
             self.geo = ConvGeometry.build(self.params, self.layout)
 
 
-DeclineFn = Callable[[dict, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]
+DeclineFn = Callable[[KernelConfig, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]
 # run(a, b, out, ds, alpha, beta): same shapes, dtypes and device as the RunArgs it was bound to
 Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple, float, float], None]
 
 
 @dataclass(frozen=True)
 class Algorithm:
+    """One algorithm of one op, as its kernel module registers it.
+
+    ``config`` is the algorithm's :class:`~instance_factory.kernel_config.KernelConfig` subclass;
+    ``param_names`` and ``check_config`` (a mapping or config -> None, or why it is an impossible
+    tile) follow from it. A kernel module not converted to a config class yet gives ``param_names``
+    and ``check_config`` (of a plain dict) instead, and gets a generated ``config``
+    (:func:`~instance_factory.kernel_config.dict_config`) whose instances read like that dict.
+    """
+
     op: str  # "conv_bwd_data" | "conv_bwd_weight"
     name: str  # e.g. "igemm", "splitk_atomic", "direct"
-    param_names: tuple[str, ...]  # the order in which instance names encode the parameters
-    check_config: Callable[[dict], str | None]  # impossible tile -> reason (expansion-time cull)
-    decline: DeclineFn  # problem this instance cannot run -> reason
-    bind: Callable[[RunArgs], Runner]
+    param_names: tuple[str, ...] = ()  # the order in which instance names encode the parameters
+    check_config: Callable[[Mapping[str, Any]], str | None] | None = None  # impossible tile -> reason
+    decline: DeclineFn | None = None  # (config, problem...) this instance cannot run -> reason
+    bind: Callable[[RunArgs], Runner] | None = None
     description: str = ""
     # the @triton.jit kernels ``bind`` launches: the instances' kernel_hash covers their code and
     # whatever jit code they call, not host code (kernel_identity.py)
     kernels: tuple[Any, ...] = ()
+    config: type[KernelConfig] | None = None
+
+    def __post_init__(self) -> None:
+        where = f"algorithm {self.op}/{self.name}"
+        if self.decline is None or self.bind is None:
+            raise TypeError(f"{where}: decline and bind are required")
+        if self.config is None:  # a kernel still on plain dicts
+            if not self.param_names or self.check_config is None:
+                raise TypeError(f"{where}: give config (a KernelConfig subclass), or param_names and check_config")
+            object.__setattr__(self, "param_names", tuple(self.param_names))
+            object.__setattr__(self, "config", dict_config(self.name, self.param_names, self.check_config))
+            return
+        # param_names and check_config follow from the config class (dataclasses.replace passes them again)
+        if self.param_names and tuple(self.param_names) != self.config.param_names():
+            raise TypeError(f"{where}: param_names {self.param_names} are not the fields of {self.config.__name__}")
+        object.__setattr__(self, "param_names", self.config.param_names())
+        if self.check_config is None:
+            object.__setattr__(self, "check_config", self.config.validate)
 
     def launch(self, args: RunArgs) -> None:
         """Bind and run once (verification, tests); hot paths keep the runner from ``bind``."""

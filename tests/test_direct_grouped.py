@@ -67,7 +67,8 @@ def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: s
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
     alg = DATA if op_name == "data" else DEPTHWISE if depthwise else WEIGHT
-    cfg = {**(DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG), **(cfg or {})}
+    cfg = alg.config.from_values({**(DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG),
+                                  **(cfg or {})})
     fused, user_fn = resolve_fused_op(op, n_ds)
     assert alg.check_config(cfg) is None, alg.check_config(cfg)
     assert alg.decline(cfg, p, lt, dt, fused) is None, alg.decline(cfg, p, lt, dt, fused)
@@ -161,7 +162,7 @@ def test_check_config_weight_bad(cfg, word):
 @pytest.mark.parametrize("alg", [DATA, WEIGHT], ids=OPS)
 def test_declines(alg):
     lt = layout_for("nhwgc", 2)
-    cfg = DATA_CFG if alg is DATA else WEIGHT_CFG
+    cfg = alg.config.from_values(DATA_CFG if alg is DATA else WEIGHT_CFG)
     fused = FUSED_OPS["passthrough"]
     big = P(2, 4, 2, 4, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
     reason = alg.decline(cfg, big, lt, DATA_TYPES["fp16"], fused)
@@ -318,8 +319,8 @@ def test_data_configs(cfg, ndim):
 def test_weight_tap_blocks():
     """A 7x7 filter with block_ch=128, num_warps=1: 8 taps per program (7 blocks of 7), the rest
     on grid axis 1."""
-    assert mod._taps_per_program(49, 128, 1) == 7
-    assert mod._taps_per_program(9, 128, 4) == 9 and mod._taps_per_program(49, 128, 4) == 13
+    assert mod.taps_per_program(49, 128, 1) == 7
+    assert mod.taps_per_program(9, 128, 4) == 9 and mod.taps_per_program(49, 128, 4) == 13
     p = P(2, 3, 1, 1, 1, (7, 7), (6, 6), (1, 1), (1, 1), (3, 3), (3, 3))
     check("weight", p, cfg=dict(block_p=8, block_ch=128, num_warps=1, split=2), seed=13)
 

@@ -171,18 +171,24 @@ def num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return math.prod(min(s, i) for s, i in zip(strides, input_lens))
 
 
-def check_common(cfg: dict, names: tuple[str, ...], algorithm: str, pow2_blocks: tuple[str, ...]) -> str | None:
-    """The checks every direct-style algorithm shares: all parameters present, num_warps, the named
-    block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
-    missing = [n for n in names if n not in cfg]
-    if missing:
-        return f"config lacks {', '.join(missing)} ({algorithm} takes {', '.join(names)})"
-    if cfg["num_warps"] not in NUM_WARPS:
-        return f"num_warps={cfg['num_warps']!r} is not one of {NUM_WARPS}"
-    for name in pow2_blocks:
-        if not is_pow2(cfg[name]) or cfg[name] > 1024:
-            return f"{name}={cfg[name]!r} must be a power of two from 1 to 1024"
-    split = cfg.get("split", 0)
+def check_direct_style(algorithm: str, num_warps: int, blocks: dict[str, int], split: int = 0) -> str | None:
+    """The checks every direct-style algorithm shares: num_warps, the ``blocks`` (name -> size, in
+    the order checked) powers of two up to 1024, and ``split`` from 0 (auto) to the cap."""
+    if num_warps not in NUM_WARPS:
+        return f"num_warps={num_warps!r} is not one of {NUM_WARPS}"
+    for name, size in blocks.items():
+        if not is_pow2(size) or size > 1024:
+            return f"{name}={size!r} must be a power of two from 1 to 1024"
     if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= MAX_SPLIT:
         return f"split={split!r} must be an int from 0 (auto) to {MAX_SPLIT}"
     return None
+
+
+def check_common(cfg: dict, names: tuple[str, ...], algorithm: str, pow2_blocks: tuple[str, ...]) -> str | None:
+    """:func:`check_direct_style` of a plain dict config that should set ``names`` (the kernels not
+    converted to a KernelConfig yet: grouped_blockdiag, depthwise_wgrad)."""
+    missing = [n for n in names if n not in cfg]
+    if missing:
+        return f"config lacks {', '.join(missing)} ({algorithm} takes {', '.join(names)})"
+    return check_direct_style(algorithm, cfg["num_warps"], {name: cfg[name] for name in pow2_blocks},
+                              cfg.get("split", 0))
