@@ -176,6 +176,7 @@ def load_kernel_modules() -> None:
     from .kernels import (  # noqa: F401
         bwd_data_igemm,
         bwd_weight_igemm,
+        depthwise_stream,
         depthwise_wgrad,
         direct_grouped,
         grouped_blockdiag,

@@ -35,8 +35,12 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "block_p": "p",
     "block_ch": "ch",
     "split": "sp",
+    "block_t": "t",
+    "prefetch": "pf",
     "spec": "",
 }
+# the value 0 of these parameters means "chosen by the launcher" / "all": written as a word
+_ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all"}
 
 
 def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:
@@ -44,7 +48,7 @@ def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:
     parts = []
     for p in alg.param_names:
         v = cfg[p]
-        parts.append(f"{PARAM_ABBREVIATIONS.get(p, p)}{'auto' if p in ('split_k', 'split') and v == 0 else v}")
+        parts.append(f"{PARAM_ABBREVIATIONS.get(p, p)}{_ZERO_WORDS[p] if p in _ZERO_WORDS and v == 0 else v}")
     return "_".join(parts)
 
 

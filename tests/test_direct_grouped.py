@@ -59,16 +59,20 @@ def _rand(shape_, dtype) -> torch.Tensor:
 def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32",
              cfg: dict | None = None, op="passthrough", n_ds: int = 0, alpha: float = 1.0,
              beta: float = 1.0, user_ref=None, seed: int = 0, force_int64: bool = False,
-             return_out: bool = False, depthwise: bool = False):
-    """Launch one direct Algorithm (``depthwise``: the depthwise bwd-weight algorithm) on fresh random
-    data; return the error vs the float64 reference."""
+             return_out: bool = False, depthwise: bool = False, algorithm: str | None = None,
+             base_cfg: dict | None = None):
+    """Launch one direct Algorithm (``depthwise``: the depthwise bwd-weight algorithm; ``algorithm``:
+    another bwd-weight algorithm, with ``base_cfg``) on fresh random data; return the error vs the
+    float64 reference."""
     torch.manual_seed(seed)
     lt = layout_for(layout_family, p.ndim)
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
     alg = DATA if op_name == "data" else DEPTHWISE if depthwise else WEIGHT
-    cfg = alg.config.from_values({**(DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG),
-                                  **(cfg or {})})
+    base = DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG
+    if algorithm is not None:
+        alg, base = ALGORITHMS[("conv_bwd_weight", algorithm)], base_cfg
+    cfg = alg.config.from_values({**base, **(cfg or {})})
     fused, user_fn = resolve_fused_op(op, n_ds)
     assert alg.check_config(cfg) is None, alg.check_config(cfg)
     assert alg.decline(cfg, p, lt, dt, fused) is None, alg.decline(cfg, p, lt, dt, fused)
@@ -85,6 +89,8 @@ def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: s
                    a=a, b=b, ds=ds, out=out, cfg=cfg)
     if force_int64:
         bind = mod.bind_bwd_data if op_name == "data" else dw_mod.bind if depthwise else mod.bind_bwd_weight
+        if algorithm is not None:
+            bind = alg.bind
         assert bind(args, force_int64=True)(args.a, args.b, args.out, args.ds, args.alpha, args.beta) is None
     else:
         assert alg.launch(args) is None

@@ -74,15 +74,18 @@ def compile_launch(fn, args: tuple, constexprs: dict, target: GPUTarget):
     return triton.compile(ASTSource(fn, signature, consts, attrs), target=target, options=opts)
 
 
-def resource_usage(kernel) -> dict[str, int]:
-    """Registers, stack (spills) and static shared memory of a compiled kernel, read from its cubin
-    with the cuobjdump that Triton's wheel carries (no driver needed)."""
+def _cuobjdump(kernel, flag: str) -> str:
+    """cuobjdump (the one Triton's wheel carries: no driver needed) run on the kernel's cubin."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
-        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(kernel) -> dict[str, int]:
+    """Registers, stack (spills) and static shared memory of a compiled kernel, read from its cubin."""
+    text = _cuobjdump(kernel, "--dump-resource-usage")
     return {k.lower(): int(v) for k, v in re.findall(r"(REG|STACK|SHARED):(\d+)", text)}
 
 
@@ -98,6 +101,16 @@ def memory_ops(kernel) -> str:
         key = f"{kind}.{width}"
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+
+
+def dump_sass(kernel, stem: str) -> None:
+    """``stem``.sass (cuobjdump --dump-sass of the cubin) and ``stem``.ptx: read the inner loop's
+    instruction mix without a GPU."""
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".sass", "w") as f:
+        f.write(_cuobjdump(kernel, "--dump-sass"))
+    with open(stem + ".ptx", "w") as f:
+        f.write(kernel.asm["ptx"])
 
 
 class _Recorder:
@@ -120,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout", default="NHWGC/GKYXC/NHWGK")
     ap.add_argument("--problem", required=True, help="ConvParams key")
     ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--sass", metavar="DIR", help="also write each kernel's SASS (cuobjdump) and PTX here")
     ns = ap.parse_args(argv)
     target = GPUTarget("cuda", ns.arch, 32)
     p = ConvParams.from_key(ns.problem)
@@ -143,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     k = compile_launch(fn, call_args, constexprs, target)
                     use = resource_usage(k)
+                    if ns.sass:
+                        dump_sass(k, os.path.join(ns.sass, f"{inst.name}.{fn.__name__}"))
                     print(f"{inst.name:90s} {fn.__name__:22s} regs {use.get('reg', -1):4d} "
                           f"stack {use.get('stack', -1):4d} smem {k.metadata.shared:6d}  {memory_ops(k)}")
                 except Exception as exc:  # report and go on: the point is the list of failures

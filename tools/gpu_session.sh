@@ -4,13 +4,13 @@
 #   bash tools/gpu_session.sh STEP[:SECONDS] ...
 #
 # Steps (see docs/BENCHMARKS.md, "Waiting for a GPU"): env, pytest_new, pytest_gpu, ck_blockdiag,
-# tune_gd, bench_gd, untuned, train, dask, ship. Everything a step writes goes to $RES, packed into
+# tune_gd, bench_gd, untuned, train, dask, ship; pytest_dws, ck_dws, probe, ncu, tune_dws (issue 11, session 6). Everything a step writes goes to $RES, packed into
 # $OUT/results.tgz at the end (the device returns at most 8 files); the whole log is $OUT/session.log.
 set -uo pipefail
 OUT=${OUT:-gpu_out}
 RES=/tmp/results
 mkdir -p "$OUT" "$RES"
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 LOG="$OUT/session.log"
 
 step() {  # name, seconds, command...
@@ -34,9 +34,17 @@ run_step() {
     pytest_gpu) step pytest_gpu "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider \
          tests/test_gpu_kernels.py tests/test_tuning_gpu.py tests/test_fast_launch.py \
          tests/test_direct_grouped.py tests/test_bwd_data_igemm.py tests/test_bwd_weight_igemm.py \
-         tests/test_torch_integration.py ;;
+         tests/test_torch_integration.py tests/test_depthwise_stream.py ;;
     ck_blockdiag) step ck_blockdiag "$secs" python3 tools/gpu_check.py --ck --algorithms blockdiag \
          --out "$RES" --tag blockdiag --budget-s $((secs - 30)) ;;
+    pytest_dws) step pytest_dws "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_depthwise_stream.py ;;
+    ck_dws) step ck_dws "$secs" python3 tools/gpu_check.py --ck --algorithms dwstream \
+         --out "$RES" --tag dwstream --budget-s $((secs - 30)) ;;
+    probe) step probe "$secs" python3 tools/wgrad_probe.py --out "$RES" ;;
+    ncu) step ncu "$secs" bash tools/ncu_wgrad.sh "$RES" ;;
+    tune_dws) [[ -f .devout/gd.csv && ! -f "$RES/gd.csv" ]] && cp .devout/gd.csv "$RES/gd.csv"
+         step tune_dws "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16}" \
+         --pass weight --instances dwstream --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;
     ck_all) step ck_all "$secs" python3 tools/gpu_check.py --ck --ck-one-dtype --out "$RES" --tag all \
          --budget-s $((secs - 30)) ;;
     tune_gd) step tune_gd "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16,fp16}" \

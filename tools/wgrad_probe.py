@@ -1,0 +1,169 @@
+"""Few-channel / depthwise bwd-weight design probe (GPU; on a CPU a smoke test in the interpreter): time kernel variants beside cuDNN.
+
+    python tools/wgrad_probe.py --out DIR                 # table of variants x problems, best per problem
+    python tools/wgrad_probe.py --once PROBLEM INSTANCE   # one launch (to run under ncu)
+    python tools/wgrad_probe.py --once-cudnn PROBLEM      # one cuDNN bwd-weight call (under ncu)
+
+Variants are instance configs of the registered families, including configs outside configs/*.yaml
+(the point is to learn where the design space should be), bound directly (no tuner): each is
+verified against float64 once, then timed (median) on the tuner's own operands (harness); cuDNN
+(harness.cudnn: benchmark mode, channels-last) in the same run. Writes wgrad_probe.json and wgrad_probe.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+from instance_factory.algorithms import ALGORITHMS, RunArgs
+from instance_factory.dtypes import DATA_TYPES
+from instance_factory.epilogue import resolve_fused_op
+from instance_factory.factory import load_kernel_modules
+from instance_factory.harness.cudnn import time_torch, torch_conv_fn
+from instance_factory.harness.operands import make_case
+from instance_factory.harness.timing import time_cpu, time_gpu
+from instance_factory.layouts import layout_for
+from instance_factory.problem import ConvParams
+from instance_factory.reference import rel_error
+from instance_factory.tuning.problem_sets import Problem
+
+PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's worst depthwise layer
+    "convnext_s1_7x7": ConvParams(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3)),
+    "convnext_s3_7x7": ConvParams(2, 384, 64, 1, 1, (7, 7), (14, 14), (1, 1), (1, 1), (3, 3), (3, 3)),
+    "effnet_b4_3x3_14": ConvParams(2, 480, 64, 1, 1, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "effnet_b1_3x3_s2": ConvParams(2, 96, 64, 1, 1, (3, 3), (112, 112), (2, 2), (1, 1), (1, 1), (1, 1)),
+    "mnv2_g144_56": ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "mnv3_g72_5x5_s2": ConvParams(2, 72, 64, 1, 1, (5, 5), (56, 56), (2, 2), (1, 1), (2, 2), (2, 2)),
+    "regnet_g28_c8": ConvParams(2, 28, 64, 8, 8, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "resnext_g64_c4_56": ConvParams(2, 64, 64, 4, 4, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
+}
+
+# (family, config): dwstream around the YAML grid and past it; the session-5 winners for reference
+VARIANTS = [
+    ("dwstream", dict(block_t=0, block_w=4, block_ch=32, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=4, block_ch=32, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=64, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=16, block_w=8, block_ch=32, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=16, block_w=16, block_ch=32, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=8, block_w=16, block_ch=32, prefetch=1, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=16, block_ch=16, prefetch=0, num_warps=4, split=0)),
+    ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=0, num_warps=4, split=64)),
+    ("depthwise", dict(block_w=16, block_ch=64, num_warps=4, split=0)),
+    ("direct", dict(block_p=256, block_ch=16, num_warps=4, split=0)),
+    ("blockdiag", dict(block_p=32, block_n=64, num_warps=4, split=64)),
+]
+
+LAYOUT = "nhwgc"
+DTYPE = "bf16"
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: the interpreter, a smoke test of this script
+if DEV == "cpu":
+    PROBLEMS = {k: ConvParams(2, 8, 2, v.K, v.C, v.filter, (9, 9), v.stride, v.dilation, v.left_pad, v.right_pad)
+                for k, v in list(PROBLEMS.items())[:3] + list(PROBLEMS.items())[-1:]}
+    VARIANTS = VARIANTS[:2] + VARIANTS[-3:]
+
+
+
+def _case(p: ConvParams):
+    """Operands and float64 reference from the tuner's own harness (same seeds, same tensors)."""
+    prob = Problem("conv_bwd_weight", p, layout_for(LAYOUT, p.ndim).name, DTYPE)
+    return make_case(prob, torch.device(DEV))
+
+
+def _runner(fam: str, cfg: dict, case):
+    """A bound runner of one variant on the case's operands, or (None, the decline reason)."""
+    alg = ALGORITHMS[("conv_bwd_weight", fam)]
+    p, dt = case.problem.params, DATA_TYPES[DTYPE]
+    lt = layout_for(LAYOUT, p.ndim)
+    fused, user_fn = resolve_fused_op("passthrough", 0)
+    why = alg.check_config(cfg) or alg.decline(cfg, p, lt, dt, fused)
+    if why:
+        return None, None, why
+    out = torch.empty(lt.shape("weight", p), device=DEV, dtype=dt.result or dt.data)
+    args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=1.0, beta=0.0,
+                   a=case.a, b=case.b, ds=(), out=out, cfg=cfg)
+    run = alg.bind(args)
+    return (lambda: run(case.a, case.b, out, (), 1.0, 0.0)), out, None
+
+
+def _ms(fn) -> float:
+    return (time_gpu(fn, 25, 100) if DEV == "cuda" else time_cpu(fn, 1)).median_ms
+
+
+def probe(out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    load_kernel_modules()
+    rows = []
+    for pname, p in PROBLEMS.items():
+        case = _case(p)
+        mb = p.bytes_moved("conv_bwd_weight", 2) / 1e6
+        cu_ms, _, cu_err = time_torch(case, 25, 100, 1)  # cuDNN, benchmark mode, channels-last
+        rows.append(dict(problem=pname, variant="cudnn", ms=cu_ms, gbs=mb / cu_ms if cu_ms else None, err=cu_err or None))
+        for fam, cfg in VARIANTS:
+            name = f"{fam} " + "_".join(f"{k}{v}" for k, v in cfg.items())
+            go, out, _ = _runner(fam, cfg, case)
+            if go is None:
+                continue
+            t0 = time.time()
+            try:
+                out.fill_(float("nan"))
+                go()
+                err = rel_error(out, case.ref)
+                ms = _ms(go)
+            except Exception as e:  # noqa: BLE001 - a probe reports every failure and goes on
+                rows.append(dict(problem=pname, variant=name, ms=None, gbs=None, err=f"{type(e).__name__}: {e}"[:200]))
+                continue
+            rows.append(dict(problem=pname, variant=name, family=fam, cfg=cfg, ms=ms, gbs=mb / ms, err=err,
+                             speedup=cu_ms / ms if cu_ms else None, compile_s=round(time.time() - t0, 1)))
+            print(f"{pname:20s} {name:75s} {ms:8.4f} ms {mb / ms:6.0f} GB/s err {err:.1e}", flush=True)
+    with open(os.path.join(out_dir, "wgrad_probe.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    lines = ["| problem | cuDNN ms | best variant | ms | GB/s | speedup | err |", "|---|---:|---|---:|---:|---:|---:|"]
+    for pname in PROBLEMS:
+        cu = next(r for r in rows if r["problem"] == pname and r["variant"] == "cudnn")
+        ok = [r for r in rows if r["problem"] == pname and r.get("family") and r["err"] <= 1e-2]
+        if ok and cu["ms"]:
+            b = min(ok, key=lambda r: r["ms"])
+            lines.append(f"| {pname} | {cu['ms']:.4f} | {b['variant']} | {b['ms']:.4f} | {b['gbs']:.0f} | "
+                         f"{b['speedup']:.2f} | {b['err']:.1e} |")
+    with open(os.path.join(out_dir, "wgrad_probe.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def once(pname: str, variant: str | None) -> None:
+    """One launch (under ncu): a variant ("family:{json cfg}"), or cuDNN when None."""
+    load_kernel_modules()
+    case = _case(PROBLEMS[pname])
+    if variant is None:
+        torch_conv_fn(case)[0]()
+    else:
+        fam, _, cfgs = variant.partition(":")
+        go, _, why = _runner(fam, json.loads(cfgs), case)
+        assert go is not None, why
+        go()
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--once", nargs=2, metavar=("PROBLEM", "FAMILY:JSON_CFG"))
+    ap.add_argument("--once-cudnn", metavar="PROBLEM")
+    ns = ap.parse_args()
+    if ns.once:
+        once(ns.once[0], ns.once[1])
+    elif ns.once_cudnn:
+        once(ns.once_cudnn, None)
+    else:
+        probe(ns.out)
+
+
+if __name__ == "__main__":
+    main()
