@@ -3,11 +3,11 @@
 A kernel module registers one ``Algorithm`` per family: its ``config`` class (a frozen dataclass of
 the tile/pipeline parameters its instances carry, in order, whose ``check`` culls impossible configs
 at expansion time: kernel_config.py), a check that says why an instance declines a problem, and
-``bind``: given one problem's RunArgs it does all the per-problem
-host work once (grid, scalars, tables, constexprs) and returns a ``Runner`` that fills a
-preallocated result from the per-call tensors. The public ops cache runners per problem plan, so a
-repeated call costs only the tensor checks, the allocation and the launches. The factory, the
-registry, the public ops and the tuner only talk to kernels through this table.
+``bind``: given one problem's RunArgs it does all the per-problem host work once (grid, scalars,
+tables, constexprs) and returns a ``Runner`` that fills a preallocated result from the per-call
+tensors. The public ops cache runners per problem plan, so a repeated call costs only the tensor
+checks, the allocation and the launches. The factory, the registry, the public ops and the tuner
+only talk to kernels through this table.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from .dtypes import DataType
 from .epilogue import FusedOp
 from .geometry import ConvGeometry
-from .kernel_config import KernelConfig, dict_config
+from .kernel_config import KernelConfig
 from .layouts import LayoutTriple
 from .problem import ConvParams
 
@@ -53,6 +53,9 @@ class RunArgs:
     geo: ConvGeometry | None = None  # built from params and layout when not given
 
     def __post_init__(self) -> None:
+        if not isinstance(self.cfg, KernelConfig):  # a plain dict: build it with alg.config.from_values
+            raise TypeError(f"RunArgs.cfg must be the algorithm's KernelConfig (alg.config.from_values(...)), "
+                            f"not {type(self.cfg).__name__}")
         if self.geo is None:
             self.geo = ConvGeometry.build(self.params, self.layout)
 
@@ -68,39 +71,34 @@ class Algorithm:
 
     ``config`` is the algorithm's :class:`~instance_factory.kernel_config.KernelConfig` subclass;
     ``param_names`` and ``check_config`` (a mapping or config -> None, or why it is an impossible
-    tile) follow from it. A kernel module not converted to a config class yet gives ``param_names``
-    and ``check_config`` (of a plain dict) instead, and gets a generated ``config``
-    (:func:`~instance_factory.kernel_config.dict_config`) whose instances read like that dict.
+    tile) follow from it.
     """
 
     op: str  # "conv_bwd_data" | "conv_bwd_weight"
     name: str  # e.g. "igemm", "splitk_atomic", "direct"
-    param_names: tuple[str, ...] = ()  # the order in which instance names encode the parameters
-    check_config: Callable[[Mapping[str, Any]], str | None] | None = None  # impossible tile -> reason
-    decline: DeclineFn | None = None  # (config, problem...) this instance cannot run -> reason
-    bind: Callable[[RunArgs], Runner] | None = None
+    config: type[KernelConfig]  # the parameters (in the order instance names encode them) and their checks
+    decline: DeclineFn  # (config, problem...) this instance cannot run -> reason
+    bind: Callable[[RunArgs], Runner]
     description: str = ""
     # the @triton.jit kernels ``bind`` launches: the instances' kernel_hash covers their code and
     # whatever jit code they call, not host code (kernel_identity.py)
     kernels: tuple[Any, ...] = ()
-    config: type[KernelConfig] | None = None
 
     def __post_init__(self) -> None:
-        where = f"algorithm {self.op}/{self.name}"
-        if self.decline is None or self.bind is None:
-            raise TypeError(f"{where}: decline and bind are required")
-        if self.config is None:  # a kernel still on plain dicts
-            if not self.param_names or self.check_config is None:
-                raise TypeError(f"{where}: give config (a KernelConfig subclass), or param_names and check_config")
-            object.__setattr__(self, "param_names", tuple(self.param_names))
-            object.__setattr__(self, "config", dict_config(self.name, self.param_names, self.check_config))
-            return
-        # param_names and check_config follow from the config class (dataclasses.replace passes them again)
-        if self.param_names and tuple(self.param_names) != self.config.param_names():
-            raise TypeError(f"{where}: param_names {self.param_names} are not the fields of {self.config.__name__}")
-        object.__setattr__(self, "param_names", self.config.param_names())
-        if self.check_config is None:
-            object.__setattr__(self, "check_config", self.config.validate)
+        if not (isinstance(self.config, type) and issubclass(self.config, KernelConfig)):
+            raise TypeError(f"algorithm {self.op}/{self.name}: config must be a KernelConfig subclass, "
+                            f"not {self.config!r}")
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The parameters, in the order instance names encode them."""
+        return self.config.param_names()
+
+    @property
+    def check_config(self) -> Callable[[Mapping[str, Any]], str | None]:
+        """None when a mapping (or config) sets every parameter and makes a possible tile, else why
+        not (the expansion-time cull)."""
+        return self.config.validate
 
     def launch(self, args: RunArgs) -> None:
         """Bind and run once (verification, tests); hot paths keep the runner from ``bind``."""

@@ -8,18 +8,18 @@ ones users see in ``instance-factory list --culled``); ``bind`` and ``decline`` 
 (``cfg.block_m``). A config is built from a YAML entry's values in one place,
 :meth:`KernelConfig.from_values`.
 
-A kernel module not converted yet registers ``param_names`` and a ``check_config`` function of a plain
-dict instead; :func:`dict_config` turns those into a config class, and every config also reads like a
-read-only mapping (``cfg["block_n"]``, ``cfg.get(...)``, ``"split" in cfg``) for such code.
+A config also reads like a read-only mapping of its parameters (``cfg["block_n"]``, ``cfg.get(...)``,
+``"split" in cfg``, ``dict(cfg)``) for code that handles the configs of every algorithm alike
+(:meth:`KernelConfig.validate` of a mapping or a config); kernel code reads attributes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, ItemsView, Mapping, Sequence
+from collections.abc import ItemsView, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["KernelConfig", "dict_config"]
+__all__ = ["KernelConfig"]
 
 C = TypeVar("C", bound="KernelConfig")
 
@@ -42,7 +42,7 @@ class KernelConfig:
     @classmethod
     def validate(cls, values: Mapping[str, Any]) -> str | None:
         """None when ``values`` (a mapping or a config) set every parameter and make a possible tile,
-        else why not: the ``Algorithm.check_config`` of a converted kernel."""
+        else why not: ``Algorithm.check_config``."""
         missing = [name for name in cls.param_names() if name not in values]
         if missing:
             return cls.missing_reason(missing)
@@ -60,7 +60,7 @@ class KernelConfig:
         """A copy with some parameters changed (not checked)."""
         return dataclasses.replace(self, **changes)
 
-    # --- read-only mapping access, for code that still takes a dict of parameters ----------------
+    # --- read-only mapping access, for code that treats every algorithm's parameters alike -------
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.param_names()}
 
@@ -81,20 +81,3 @@ class KernelConfig:
     def items(self) -> ItemsView[str, Any]:
         return self.as_dict().items()
 
-
-def dict_config(algorithm: str, param_names: Sequence[str],
-                check_config: Callable[[dict], str | None]) -> type[KernelConfig]:
-    """The config class of a kernel that declares ``param_names`` and checks a plain dict with
-    ``check_config`` (its own messages, missing parameters included) instead of declaring a
-    :class:`KernelConfig`: untyped fields, and its bind and decline read the config as a mapping."""
-
-    def validate(cls: type[KernelConfig], values: Mapping[str, Any]) -> str | None:
-        return check_config(dict(values))
-
-    def check(self: KernelConfig) -> str | None:
-        return check_config(self.as_dict())
-
-    return dataclasses.make_dataclass(
-        f"DictConfig[{algorithm}]", [(name, Any) for name in param_names], bases=(KernelConfig,), frozen=True,
-        namespace={"validate": classmethod(validate), "check": check,
-                   "__doc__": f"{algorithm}'s parameters, checked by its check_config on a dict"})

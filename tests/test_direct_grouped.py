@@ -414,13 +414,17 @@ def test_depthwise_family_deterministic_and_int64():
 
 def test_depthwise_family_declines_and_configs():
     lt, dt, fused = layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    cfg = DEPTHWISE.config.from_values(DEPTHWISE_CFG)
+    assert isinstance(cfg, dw_mod.DepthwiseConfig) and cfg.check() is None
     grouped = P(2, 4, 2, 2, 1, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "C = K = 1" in DEPTHWISE.decline(DEPTHWISE_CFG, grouped, lt, dt, fused)
-    assert "fp8" in DEPTHWISE.decline(DEPTHWISE_CFG, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
+    assert "C = K = 1" in DEPTHWISE.decline(cfg, grouped, lt, dt, fused)
+    assert "fp8" in DEPTHWISE.decline(cfg, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
     wide = P(2, 4, 2, 1, 1, (1, 33), (5, 40), (1, 1), (1, 1), (0, 0), (0, 0))  # 33 taps -> 64 per row
-    assert "accumulators" in DEPTHWISE.decline(dict(DEPTHWISE_CFG, block_w=64, block_ch=64), wide, lt, dt, fused)
-    assert "block_w" in DEPTHWISE.check_config(dict(DEPTHWISE_CFG, block_w=3))
-    assert "lacks" in DEPTHWISE.check_config(dict(block_w=8))
+    assert "accumulators" in DEPTHWISE.decline(cfg.replace(block_w=64, block_ch=64), wide, lt, dt, fused)
+    assert cfg.replace(block_w=3).check() == "block_w=3 must be a power of two from 1 to 1024"
+    assert DEPTHWISE.check_config(dict(DEPTHWISE_CFG, split=-1)) == "split=-1 must be an int from 0 (auto) to 4096"
+    assert DEPTHWISE.check_config(dict(block_w=8)) == ("config lacks block_ch, num_warps, split "
+                                                       "(depthwise takes block_w, block_ch, num_warps, split)")
     big = P(2, 144, 8, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
     s = dw_mod.auto_split(big, 16, 32, 132)
     assert 1 < s <= 8 * 56 // 4 and dw_mod.auto_split(big, 16, 32, 264) >= s

@@ -132,40 +132,34 @@ def test_kernel_config_is_frozen_typed_and_reads_like_its_dict():
     assert FakeConfig.validate(cfg) is None and ALGORITHMS[("conv_bwd_data", "fake_test")].check_config(cfg) is None
 
 
-def test_a_kernel_checking_plain_dicts_gets_a_generated_config():
-    # grouped_blockdiag and depthwise_wgrad still register param_names + check_config(dict)
-    seen = []
-
-    def check(cfg):
-        seen.append(cfg)
-        return None if cfg.get("block") == 16 else "block must be 16"
-
-    alg = Algorithm(op="conv_bwd_data", name="dict_test", param_names=("block",), check_config=check,
-                    decline=lambda cfg, *a: None if cfg["block"] == 16 else "no", bind=lambda args: None)
-    assert alg.param_names == ("block",) and alg.config.param_names() == ("block",)
-    assert alg.check_config({"block": 16}) is None and alg.check_config({}) == "block must be 16"
-    cfg = alg.config.from_values({"block": 8})
-    assert cfg["block"] == 8 and cfg.check() == "block must be 16" and alg.decline(cfg) == "no"
-    assert all(type(c) is dict for c in seen)
-    with pytest.raises(TypeError, match="are not the fields of FakeConfig"):
-        Algorithm(op="conv_bwd_data", name="both", config=FakeConfig, param_names=("block",), decline=_decline,
-                  bind=lambda args: None)
+def test_algorithm_takes_its_parameters_and_checks_from_its_config_class():
+    alg = ALGORITHMS[("conv_bwd_data", "fake_test")]
+    assert alg.param_names == ("block", "num_warps") and alg.check_config == FakeConfig.validate
+    assert alg.check_config({"block": 24, "num_warps": 4}) == "block=24 is not a power of two"
+    with pytest.raises(TypeError, match="config must be a KernelConfig subclass"):
+        Algorithm(op="conv_bwd_data", name="dict_test", config=dict, decline=_decline, bind=lambda args: None)
     # dataclasses.replace (tests patch bind this way) keeps the config and what follows from it
-    for alg_ in (alg, ALGORITHMS[("conv_bwd_data", "fake_test")]):
-        again = dataclasses.replace(alg_, bind=lambda args: None)
-        assert (again.config, again.param_names, again.check_config) == (alg_.config, alg_.param_names,
-                                                                          alg_.check_config)
-    with pytest.raises(TypeError, match="give config"):
-        Algorithm(op="conv_bwd_data", name="neither", decline=_decline, bind=lambda args: None)
+    again = dataclasses.replace(alg, bind=lambda args: None)
+    assert (again.config, again.param_names, again.check_config) == (alg.config, alg.param_names, alg.check_config)
 
 
-def test_converted_kernels_have_typed_configs():
+def test_run_args_take_a_config_not_a_dict():
+    from instance_factory.algorithms import RunArgs
+
+    with pytest.raises(TypeError, match="alg.config.from_values"):
+        RunArgs(*[None] * 11, cfg={"block": 16})
+
+
+def test_every_kernel_has_a_typed_frozen_config():
     import typing
 
     get_registry()  # loads every kernel module
-    for key in [("conv_bwd_data", "igemm"), ("conv_bwd_data", "direct"), ("conv_bwd_weight", "direct"),
-                *(("conv_bwd_weight", a) for a in ("igemm", "splitk_atomic", "splitk_reduce", "two_stage"))]:
+    shipped = [key for key, alg in ALGORITHMS.items() if alg.config.__module__.startswith("instance_factory.")]
+    assert len(shipped) == 11 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage",
+                                                               "direct", "depthwise", "dwstream", "blockdiag"}
+    for key in shipped:
         config = ALGORITHMS[key].config
+        assert issubclass(config, KernelConfig) and config.__dataclass_params__.frozen, key
         hints = typing.get_type_hints(config)
         assert all(hints[n] in (int, str) for n in config.param_names()), (key, hints)
 

@@ -12,33 +12,26 @@ from typing import ClassVar
 
 import triton
 
-from ..kernel_config import KernelConfig
 from ..problem import ConvParams
-from .common import MAX_SPLIT, check_direct_style
+from .common import MAX_SPLIT, DirectStyleConfig
 
 __all__ = ["DirectDataConfig", "DirectWeightConfig", "auto_split", "taps_per_program"]
 
 
 @dataclass(frozen=True)
-class DirectDataConfig(KernelConfig):
+class DirectDataConfig(DirectStyleConfig):
     """direct dgrad: block_p input positions x block_ch channels of the flattened (g, c) axis per program."""
 
     block_p: int
     block_ch: int
     num_warps: int
 
+    ALGORITHM: ClassVar[str] = "direct"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_ch", "block_p")
     TILE_HOLDS: ClassVar[str] = "accumulators"  # what a block_p x block_ch tile keeps per thread
 
-    @classmethod
-    def missing_reason(cls, missing: list[str]) -> str:
-        return f"config lacks {', '.join(missing)} (direct takes {', '.join(cls.param_names())})"
-
     def check(self) -> str | None:
-        return self._check_tile(split=0)
-
-    def _check_tile(self, split: int) -> str | None:
-        reason = check_direct_style("direct", self.num_warps, {"block_ch": self.block_ch, "block_p": self.block_p},
-                                    split)
+        reason = super().check()
         if reason:
             return reason
         tile = self.block_p * self.block_ch
@@ -56,9 +49,6 @@ class DirectWeightConfig(DirectDataConfig):
     split: int
 
     TILE_HOLDS: ClassVar[str] = "registers (the grad_out tile)"
-
-    def check(self) -> str | None:
-        return self._check_tile(split=self.split)
 
 
 def taps_per_program(taps: int, block_ch: int, num_warps: int) -> int:
