@@ -1,18 +1,19 @@
 """The kernel families ("algorithms") an instance can name, and what each must provide.
 
-A kernel module registers one ``Algorithm`` per family: the ordered tile/pipeline parameters its
-instances carry, a check that culls impossible configs at expansion time, a check that says why an
-instance declines a problem, and ``bind``: given one problem's RunArgs it does all the per-problem
-host work once (grid, scalars, tables, constexprs) and returns a ``Runner`` that fills a
-preallocated result from the per-call tensors. The public ops cache runners per problem plan, so a
-repeated call costs only the tensor checks, the allocation and the launches. The factory, the
-registry, the public ops and the tuner only talk to kernels through this table.
+A kernel module registers one ``Algorithm`` per family: its ``config`` class (a frozen dataclass of
+the tile/pipeline parameters its instances carry, in order, whose ``check`` culls impossible configs
+at expansion time: kernel_config.py), a check that says why an instance declines a problem, and
+``bind``: given one problem's RunArgs it does all the per-problem host work once (grid, scalars,
+tables, constexprs) and returns a ``Runner`` that fills a preallocated result from the per-call
+tensors. The public ops cache runners per problem plan, so a repeated call costs only the tensor
+checks, the allocation and the launches. The factory, the registry, the public ops and the tuner
+only talk to kernels through this table.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 from .dtypes import DataType
 from .epilogue import FusedOp
 from .geometry import ConvGeometry
+from .kernel_config import KernelConfig
 from .layouts import LayoutTriple
 from .problem import ConvParams
 
@@ -47,31 +49,56 @@ class RunArgs:
     b: torch.Tensor  # bwd data: weight;   bwd weight: grad_out
     ds: tuple[torch.Tensor, ...]
     out: torch.Tensor  # preallocated result (grad_in or grad_wei) in its final dtype
-    cfg: dict[str, Any]  # the instance's tile/pipeline parameters
+    cfg: KernelConfig  # the instance's tile/pipeline parameters (Instance.kernel_config)
     geo: ConvGeometry | None = None  # built from params and layout when not given
 
     def __post_init__(self) -> None:
+        if not isinstance(self.cfg, KernelConfig):  # a plain dict: build it with alg.config.from_values
+            raise TypeError(f"RunArgs.cfg must be the algorithm's KernelConfig (alg.config.from_values(...)), "
+                            f"not {type(self.cfg).__name__}")
         if self.geo is None:
             self.geo = ConvGeometry.build(self.params, self.layout)
 
 
-DeclineFn = Callable[[dict, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]
+DeclineFn = Callable[[KernelConfig, ConvParams, LayoutTriple, DataType, FusedOp], "str | None"]
 # run(a, b, out, ds, alpha, beta): same shapes, dtypes and device as the RunArgs it was bound to
 Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple, float, float], None]
 
 
 @dataclass(frozen=True)
 class Algorithm:
+    """One algorithm of one op, as its kernel module registers it.
+
+    ``config`` is the algorithm's :class:`~instance_factory.kernel_config.KernelConfig` subclass;
+    ``param_names`` and ``check_config`` (a mapping or config -> None, or why it is an impossible
+    tile) follow from it.
+    """
+
     op: str  # "conv_bwd_data" | "conv_bwd_weight"
     name: str  # e.g. "igemm", "splitk_atomic", "direct"
-    param_names: tuple[str, ...]  # the order in which instance names encode the parameters
-    check_config: Callable[[dict], str | None]  # impossible tile -> reason (expansion-time cull)
-    decline: DeclineFn  # problem this instance cannot run -> reason
+    config: type[KernelConfig]  # the parameters (in the order instance names encode them) and their checks
+    decline: DeclineFn  # (config, problem...) this instance cannot run -> reason
     bind: Callable[[RunArgs], Runner]
     description: str = ""
     # the @triton.jit kernels ``bind`` launches: the instances' kernel_hash covers their code and
     # whatever jit code they call, not host code (kernel_identity.py)
     kernels: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.config, type) and issubclass(self.config, KernelConfig)):
+            raise TypeError(f"algorithm {self.op}/{self.name}: config must be a KernelConfig subclass, "
+                            f"not {self.config!r}")
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The parameters, in the order instance names encode them."""
+        return self.config.param_names()
+
+    @property
+    def check_config(self) -> Callable[[Mapping[str, Any]], str | None]:
+        """None when a mapping (or config) sets every parameter and makes a possible tile, else why
+        not (the expansion-time cull)."""
+        return self.config.validate
 
     def launch(self, args: RunArgs) -> None:
         """Bind and run once (verification, tests); hot paths keep the runner from ``bind``."""

@@ -3,9 +3,9 @@
 A config file declares, per op, the supported combinations (layout family x ndim x dtype x fused
 op) and, under ``families``, one or more algorithms (kernel families) with tile/pipeline parameter
 lists. Expansion is the filtered product of each algorithm's parameter lists; ``constraints`` (small
-arithmetic expressions over the parameter names) and the algorithm's own ``check_config`` cull
-configs, and every culled config is logged with its reason. Mistakes in a file are ``ConfigError``s
-naming the file, entry and problem.
+arithmetic expressions over the parameter names) and the checks of the algorithm's config class
+(``KernelConfig.check``) cull configs, and every culled config is logged with its reason. Mistakes
+in a file are ``ConfigError``s naming the file, entry and problem.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def _expand_algorithm(path: Path, op: str, idx: int, spec: dict) -> tuple[list[d
     for cfg, is_explicit in candidates:
         ordered = {k: cfg[k] for k in alg.param_names}
         try:
-            reason = alg.check_config(ordered)
+            reason = alg.config.from_values(ordered).check()  # the one place YAML values become a config
         except (TypeError, ValueError, KeyError) as exc:
             raise ConfigError(path, f"{entry}", f"config {ordered} has a value of the wrong type: {exc}") from exc
         if reason is None:

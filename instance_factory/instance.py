@@ -15,6 +15,7 @@ from typing import Any
 from .algorithms import ALGORITHMS, Algorithm
 from .dtypes import DATA_TYPES, DataType
 from .epilogue import FUSED_OPS
+from .kernel_config import KernelConfig
 from .kernel_identity import kernel_code_hash
 from .layouts import LayoutTriple, layout_for, parse_layout
 from .problem import ConvParams
@@ -78,8 +79,15 @@ class Instance:
 
     @functools.cached_property
     def cfg(self) -> dict[str, Any]:
-        """The tile/pipeline parameters (shared: treat as read-only)."""
+        """The tile/pipeline parameters as a plain dict (shared: treat as read-only): what the
+        database rows store and the CLI prints."""
         return dict(self.config)
+
+    @functools.cached_property
+    def kernel_config(self) -> KernelConfig:
+        """The same parameters as the algorithm's frozen config dataclass: what ``bind`` (through
+        ``RunArgs.cfg``) and ``decline`` read."""
+        return self.alg.config.from_values(self.cfg)
 
     @property
     def alg(self) -> Algorithm:
@@ -123,7 +131,7 @@ class Instance:
             return f"instance is for data type {self.dtype}, the problem is {dname}"
         if fused_op is not None and fused_op != self.fused_op:
             return f"instance fuses {self.fused_op!r}, the call asks for {fused_op!r}"
-        return self.alg.decline(self.cfg, params, lt, self.data_type, FUSED_OPS[self.fused_op])
+        return self.alg.decline(self.kernel_config, params, lt, self.data_type, FUSED_OPS[self.fused_op])
 
     def __repr__(self) -> str:
         return f"Instance({self.name})"

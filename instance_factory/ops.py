@@ -200,7 +200,8 @@ def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, la
     key, plan, device, inst, out = _resolve(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype,
                                             instance)
     args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
-                   alpha=float(alpha), beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.cfg, geo=plan.geo)
+                   alpha=float(alpha), beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.kernel_config,
+                   geo=plan.geo)
     return inst, args
 
 
@@ -253,7 +254,7 @@ def _call(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTripl
     run = _RUNNERS.get(rkey) if rkey is not None else None
     if run is None:
         args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
-                       alpha=alpha, beta=beta, a=a, b=b, ds=ds, out=out, cfg=inst.cfg, geo=plan.geo)
+                       alpha=alpha, beta=beta, a=a, b=b, ds=ds, out=out, cfg=inst.kernel_config, geo=plan.geo)
         run = inst.alg.bind(args)
         if rkey is not None:
             if len(_RUNNERS) >= _MAX_RUNNERS:

@@ -24,7 +24,7 @@ COMPOSITION_ROOT = {"instance_factory", "instance_factory.__main__"}
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core types", ("problem", "layouts", "dtypes", "epilogue", "geometry", "kernel_identity", "reference",
                     "version")),
-    ("kernel contract", ("algorithms", "fast_launch")),
+    ("kernel contract", ("algorithms", "fast_launch", "kernel_config")),
     ("kernels", ("kernels", "kernels.*")),
     ("instances", ("instance", "factory", "registry")),
     ("run time", ("ops", "tuning.lookup", "tuning.cost_model", "tuning.database", "tuning.schema",

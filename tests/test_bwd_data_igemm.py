@@ -45,7 +45,7 @@ def run_case(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", c
     lt = layout_for(layout_family, p.ndim)
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
-    cfg = {**BASE_CFG, **(cfg or {})}
+    cfg = ALG.config.from_values({**BASE_CFG, **(cfg or {})})
     fused, user_fn = resolve_fused_op(op, n_ds)
     assert ALG.check_config(cfg) is None, ALG.check_config(cfg)
     assert ALG.decline(cfg, p, lt, dt, fused) is None, ALG.decline(cfg, p, lt, dt, fused)
@@ -282,17 +282,18 @@ def test_decline():
     p3 = GEOMETRY["s2-d2"]
     p1 = _ONE_BY_ONE[2]
     passthrough = FUSED_OPS["passthrough"]
-    cfg_1x1 = {**BASE_CFG, "spec": "1x1s1p0"}
+    base = ALG.config.from_values(BASE_CFG)
+    cfg_1x1 = base.replace(spec="1x1s1p0")
     reason = ALG.decline(cfg_1x1, p3, lt, DATA_TYPES["fp32"], passthrough)
     assert reason is not None and "1x1" in reason
     assert ALG.decline(cfg_1x1, p1, lt, DATA_TYPES["fp16"], passthrough) is None
     for name in ("fp16_fp8", "bf16_fp32w"):
-        reason = ALG.decline(BASE_CFG, p3, lt, DATA_TYPES[name], passthrough)
+        reason = ALG.decline(base, p3, lt, DATA_TYPES[name], passthrough)
         assert reason is not None and name in reason
     for name in ("fp32", "fp32_tf32", "fp16", "bf16"):
-        assert ALG.decline(BASE_CFG, p3, lt, DATA_TYPES[name], passthrough) is None
+        assert ALG.decline(base, p3, lt, DATA_TYPES[name], passthrough) is None
     # a tile that fits for 2-byte operands but not for fp32 is declined per dtype
-    big = dict(BASE_CFG, block_m=128, block_n=256, block_k=64, num_stages=3)
+    big = base.replace(block_m=128, block_n=256, block_k=64, num_stages=3)
     assert ALG.decline(big, p3, lt, DATA_TYPES["fp16"], passthrough) is None
     reason = ALG.decline(big, p3, lt, DATA_TYPES["fp32"], passthrough)
     assert reason is not None and "shared memory" in reason

@@ -42,10 +42,11 @@ def _alg(algorithm):
 
 
 def _cfg(algorithm, **kw):
+    """The algorithm's config (not checked: a test may want an impossible one)."""
     cfg = dict(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_stages=2,
                split_k=1 if algorithm == "igemm" else 2, spec="default")
     cfg.update(kw)
-    return cfg
+    return _alg(algorithm).config.from_values(cfg)
 
 
 def _run(algorithm, p, layout, dtype="fp32", *, op="passthrough", n_ds=0, user_ref=None,
@@ -173,7 +174,7 @@ def test_auto_split_k():
     # one tile, 7 iterations -> capped at 7 // MIN_ITERS_PER_SPLIT = 1 ... with small block_k more
     assert bw.choose_split_k(p, cfg, 132) == max(1, 7 // bw.MIN_ITERS_PER_SPLIT)
     big = ConvParams(2, 1, 64, 64, 64, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
-    cfg64 = dict(cfg, block_m=64, block_n=64, block_k=64)
+    cfg64 = cfg.replace(block_m=64, block_n=64, block_k=64)
     s = bw.choose_split_k(big, cfg64, 132)
     tiles = 9  # one 64x64 tile per tap
     iters = math.ceil(64 * 56 * 56 / 64)
@@ -445,7 +446,7 @@ def test_check_config_split_rules():
     for fam in ("splitk_atomic", "splitk_reduce", "two_stage"):
         for sk in (0, 1, 7):
             assert _alg(fam).check_config(_cfg(fam, split_k=sk)) is None
-    missing = _cfg("igemm")
+    missing = _cfg("igemm").as_dict()
     del missing["spec"]
     assert "spec" in _alg("igemm").check_config(missing)
 

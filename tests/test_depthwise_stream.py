@@ -82,13 +82,17 @@ def test_vector_width():
 
 def test_declines_and_configs():
     lt, dt, fused = layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    cfg = ALG.config.from_values(CFG)
+    assert isinstance(cfg, dws.DwStreamConfig) and cfg.block_t == 0 and cfg.check() is None
     wide = P(2, 4, 2, 16, 16, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "C = 1, K <= 4" in ALG.decline(CFG, wide, lt, dt, fused)
-    assert "fp16_fp8" in ALG.decline(CFG, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
+    assert "C = 1, K <= 4" in ALG.decline(cfg, wide, lt, dt, fused)
+    assert "fp16_fp8" in ALG.decline(cfg, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
     big = P(2, 4, 2, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))  # 49 taps -> 64 per program
-    assert "accumulators" in ALG.decline(dict(CFG, block_w=16, block_ch=64), big, lt, dt, fused)
-    assert ALG.decline(dict(CFG, block_t=16, block_w=4, block_ch=32), big, lt, dt, fused) is None
-    assert "block_t" in ALG.check_config(dict(CFG, block_t=3))
-    assert "prefetch" in ALG.check_config(dict(CFG, prefetch=2))
-    assert "lacks" in ALG.check_config(dict(block_w=8))
+    assert "accumulators" in ALG.decline(cfg.replace(block_w=16, block_ch=64), big, lt, dt, fused)
+    assert ALG.decline(cfg.replace(block_t=16, block_w=4, block_ch=32), big, lt, dt, fused) is None
+    assert cfg.replace(block_t=3).check() == "block_t=3 must be 0 (all taps) or a power of two up to 64"
+    assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"
+    assert ALG.check_config(dict(CFG, block_w=3)) == "block_w=3 must be a power of two from 1 to 1024"
+    assert ALG.check_config(dict(block_w=8)) == ("config lacks block_t, block_ch, prefetch, num_warps, split "
+                                                 "(dwstream takes block_t, block_w, block_ch, prefetch, num_warps, split)")
     assert dws.auto_split(1000, 4, 132) == 250 and dws.auto_split(10**6, 4, 132) == 528

@@ -72,7 +72,7 @@ def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: s
     base = DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG
     if algorithm is not None:
         alg, base = ALGORITHMS[("conv_bwd_weight", algorithm)], base_cfg
-    cfg = {**base, **(cfg or {})}
+    cfg = alg.config.from_values({**base, **(cfg or {})})
     fused, user_fn = resolve_fused_op(op, n_ds)
     assert alg.check_config(cfg) is None, alg.check_config(cfg)
     assert alg.decline(cfg, p, lt, dt, fused) is None, alg.decline(cfg, p, lt, dt, fused)
@@ -168,7 +168,7 @@ def test_check_config_weight_bad(cfg, word):
 @pytest.mark.parametrize("alg", [DATA, WEIGHT], ids=OPS)
 def test_declines(alg):
     lt = layout_for("nhwgc", 2)
-    cfg = DATA_CFG if alg is DATA else WEIGHT_CFG
+    cfg = alg.config.from_values(DATA_CFG if alg is DATA else WEIGHT_CFG)
     fused = FUSED_OPS["passthrough"]
     big = P(2, 4, 2, 4, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
     reason = alg.decline(cfg, big, lt, DATA_TYPES["fp16"], fused)
@@ -325,8 +325,8 @@ def test_data_configs(cfg, ndim):
 def test_weight_tap_blocks():
     """A 7x7 filter with block_ch=128, num_warps=1: 8 taps per program (7 blocks of 7), the rest
     on grid axis 1."""
-    assert mod._taps_per_program(49, 128, 1) == 7
-    assert mod._taps_per_program(9, 128, 4) == 9 and mod._taps_per_program(49, 128, 4) == 13
+    assert mod.taps_per_program(49, 128, 1) == 7
+    assert mod.taps_per_program(9, 128, 4) == 9 and mod.taps_per_program(49, 128, 4) == 13
     p = P(2, 3, 1, 1, 1, (7, 7), (6, 6), (1, 1), (1, 1), (3, 3), (3, 3))
     check("weight", p, cfg=dict(block_p=8, block_ch=128, num_warps=1, split=2), seed=13)
 
@@ -414,13 +414,17 @@ def test_depthwise_family_deterministic_and_int64():
 
 def test_depthwise_family_declines_and_configs():
     lt, dt, fused = layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    cfg = DEPTHWISE.config.from_values(DEPTHWISE_CFG)
+    assert isinstance(cfg, dw_mod.DepthwiseConfig) and cfg.check() is None
     grouped = P(2, 4, 2, 2, 1, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "C = K = 1" in DEPTHWISE.decline(DEPTHWISE_CFG, grouped, lt, dt, fused)
-    assert "fp8" in DEPTHWISE.decline(DEPTHWISE_CFG, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
+    assert "C = K = 1" in DEPTHWISE.decline(cfg, grouped, lt, dt, fused)
+    assert "fp8" in DEPTHWISE.decline(cfg, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
     wide = P(2, 4, 2, 1, 1, (1, 33), (5, 40), (1, 1), (1, 1), (0, 0), (0, 0))  # 33 taps -> 64 per row
-    assert "accumulators" in DEPTHWISE.decline(dict(DEPTHWISE_CFG, block_w=64, block_ch=64), wide, lt, dt, fused)
-    assert "block_w" in DEPTHWISE.check_config(dict(DEPTHWISE_CFG, block_w=3))
-    assert "lacks" in DEPTHWISE.check_config(dict(block_w=8))
+    assert "accumulators" in DEPTHWISE.decline(cfg.replace(block_w=64, block_ch=64), wide, lt, dt, fused)
+    assert cfg.replace(block_w=3).check() == "block_w=3 must be a power of two from 1 to 1024"
+    assert DEPTHWISE.check_config(dict(DEPTHWISE_CFG, split=-1)) == "split=-1 must be an int from 0 (auto) to 4096"
+    assert DEPTHWISE.check_config(dict(block_w=8)) == ("config lacks block_ch, num_warps, split "
+                                                       "(depthwise takes block_w, block_ch, num_warps, split)")
     big = P(2, 144, 8, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
     s = dw_mod.auto_split(big, 16, 32, 132)
     assert 1 < s <= 8 * 56 // 4 and dw_mod.auto_split(big, 16, 32, 264) >= s

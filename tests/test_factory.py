@@ -1,5 +1,6 @@
 """YAML expansion, validation errors and the registry's queries."""
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -8,14 +9,20 @@ import triton.language as tl
 
 from instance_factory.algorithms import ALGORITHMS, Algorithm, register_algorithm
 from instance_factory.factory import ConfigError, expand_file
+from instance_factory.kernel_config import KernelConfig
 from instance_factory.problem import ConvParams
 from instance_factory.registry import Registry, get_registry
 
 
-def _check(cfg):
-    if cfg["block"] & (cfg["block"] - 1):
-        return f"block={cfg['block']} is not a power of two"
-    return None
+@dataclasses.dataclass(frozen=True)
+class FakeConfig(KernelConfig):
+    block: int
+    num_warps: int
+
+    def check(self):
+        if self.block & (self.block - 1):
+            return f"block={self.block} is not a power of two"
+        return None
 
 
 @triton.jit
@@ -24,13 +31,13 @@ def _fake_kernel(ptr):  # the fake family's kernel identity (never launched)
 
 
 def _decline(cfg, params, layout, dtype, fused):
-    return "needs C >= block/16" if params.C * 16 < cfg["block"] else None
+    return "needs C >= block/16" if params.C * 16 < cfg.block else None
 
 
 @pytest.fixture(scope="module", autouse=True)
 def fake_family():
-    alg = register_algorithm(Algorithm("conv_bwd_data", "fake_test", ("block", "num_warps"), _check,
-                                       _decline, lambda args: None, "test family", kernels=(_fake_kernel,)))
+    alg = register_algorithm(Algorithm(op="conv_bwd_data", name="fake_test", config=FakeConfig, decline=_decline,
+                                       bind=lambda args: None, description="test family", kernels=(_fake_kernel,)))
     yield alg
     ALGORITHMS.pop(("conv_bwd_data", "fake_test"))
 
@@ -74,7 +81,8 @@ def test_registry_queries_and_decline_reasons(tmp_path):
     assert len(reg.instances(layout="NHWGC/GKYXC/NHWGK", fused_op="add")) == 5
     assert len(reg.instances(pattern="*block64*")) == 8
     inst = reg.get("conv_bwd_data-fake_test-NHWGC_GKYXC_NHWGK-fp16-passthrough-block64_w4")
-    assert inst.cfg == {"block": 64, "num_warps": 4}
+    assert inst.cfg == {"block": 64, "num_warps": 4}  # the plain dict (database rows, the CLI)
+    assert inst.kernel_config == FakeConfig(block=64, num_warps=4)  # what bind and decline read
     with pytest.raises(KeyError, match="no instance named"):
         reg.get("nope")
     p = ConvParams(2, 1, 1, 1, 2, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
@@ -107,6 +115,53 @@ def test_bad_config_errors_name_file_entry_and_problem(tmp_path, text, where, pr
         expand_file(path)
     msg = str(info.value)
     assert str(path) in msg and where in msg and problem in msg, msg
+
+
+def test_kernel_config_is_frozen_typed_and_reads_like_its_dict():
+    cfg = FakeConfig.from_values({"block": 16, "num_warps": 4, "not_a_parameter": 1})
+    assert (cfg.block, cfg.num_warps) == (16, 4) and FakeConfig.param_names() == ("block", "num_warps")
+    assert cfg["block"] == 16 and "num_warps" in cfg and "x" not in cfg and cfg.get("x", 7) == 7
+    assert dict(cfg) == cfg.as_dict() == {"block": 16, "num_warps": 4} and list(cfg.keys()) == ["block", "num_warps"]
+    assert cfg.replace(block=32) == FakeConfig(32, 4) and cfg.block == 16
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.block = 8
+    with pytest.raises(KeyError):
+        cfg["x"]
+    assert FakeConfig.validate({"block": 16}) == "config lacks num_warps"
+    assert FakeConfig.validate({"block": 24, "num_warps": 4}) == "block=24 is not a power of two"
+    assert FakeConfig.validate(cfg) is None and ALGORITHMS[("conv_bwd_data", "fake_test")].check_config(cfg) is None
+
+
+def test_algorithm_takes_its_parameters_and_checks_from_its_config_class():
+    alg = ALGORITHMS[("conv_bwd_data", "fake_test")]
+    assert alg.param_names == ("block", "num_warps") and alg.check_config == FakeConfig.validate
+    assert alg.check_config({"block": 24, "num_warps": 4}) == "block=24 is not a power of two"
+    with pytest.raises(TypeError, match="config must be a KernelConfig subclass"):
+        Algorithm(op="conv_bwd_data", name="dict_test", config=dict, decline=_decline, bind=lambda args: None)
+    # dataclasses.replace (tests patch bind this way) keeps the config and what follows from it
+    again = dataclasses.replace(alg, bind=lambda args: None)
+    assert (again.config, again.param_names, again.check_config) == (alg.config, alg.param_names, alg.check_config)
+
+
+def test_run_args_take_a_config_not_a_dict():
+    from instance_factory.algorithms import RunArgs
+
+    with pytest.raises(TypeError, match="alg.config.from_values"):
+        RunArgs(*[None] * 11, cfg={"block": 16})
+
+
+def test_every_kernel_has_a_typed_frozen_config():
+    import typing
+
+    get_registry()  # loads every kernel module
+    shipped = [key for key, alg in ALGORITHMS.items() if alg.config.__module__.startswith("instance_factory.")]
+    assert len(shipped) == 11 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage",
+                                                               "direct", "depthwise", "dwstream", "blockdiag"}
+    for key in shipped:
+        config = ALGORITHMS[key].config
+        assert issubclass(config, KernelConfig) and config.__dataclass_params__.frozen, key
+        hints = typing.get_type_hints(config)
+        assert all(hints[n] in (int, str) for n in config.param_names()), (key, hints)
 
 
 def test_shipped_configs_expand_and_cover_the_contract():

@@ -73,3 +73,32 @@ def test_cached_runner_takes_the_direct_launch_and_stays_correct(case):
         assert len(runners) == 1, inst.name
         kernels = _bound_kernels(runners[0])
         assert kernels and all(k._fast is not None for k in kernels), inst.name
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[4], CASES[5]], ids=lambda c: f"{c.op}-{c.dtype}")
+def test_compile_only_compiles_through_warmup_and_launches_nothing(case):
+    """Inside fast_launch.compile_only() a bound runner compiles its kernels (Triton's warmup) and
+    launches none: the NaN-filled result stays NaN; the same runner then runs for real, correctly."""
+    from instance_factory import fast_launch
+    from instance_factory.dtypes import DATA_TYPES, op_kwargs
+    from instance_factory.harness.operands import make_problem_tensors
+    from instance_factory.ops import prepare
+    from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error
+
+    assert fast_launch.compile_only_supported()
+    ref_fn = ref_conv_bwd_data if case.op == "conv_bwd_data" else ref_conv_bwd_weight
+    runnable, _ = get_registry().candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
+    for inst in {i.algorithm: i for i in runnable}.values():
+        t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, case.n_ds, "cuda", 0)
+        _, args = prepare(case.op, t["a"], t["b"], case.params, layout=case.layout, ds=t["ds"],
+                          fused_op=case.fused_op, instance=inst, **op_kwargs(case.dtype))
+        run = inst.alg.bind(args)
+        args.out.fill_(float("nan"))
+        with fast_launch.compile_only():
+            run(args.a, args.b, args.out, tuple(args.ds), 1.0, 1.0)
+        torch.cuda.synchronize()
+        assert args.out.isnan().all(), inst.name
+        assert all(k._fast is None for k in _bound_kernels(run)), inst.name
+        run(args.a, args.b, args.out, tuple(args.ds), 1.0, 1.0)
+        ref = ref_fn(t["a"], t["b"], case.params, case.layout, ds=t["ds"], op=case.fused_op)
+        assert rel_error(args.out, ref) <= DATA_TYPES[case.dtype].tolerance, inst.name

@@ -18,7 +18,11 @@ import triton.language as tl  # noqa: E402, F401  (a @triton.jit function needs 
 from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
-from instance_factory.kernels.grouped_blockdiag import tile_groups  # noqa: E402
+from instance_factory.kernels.grouped_blockdiag import (  # noqa: E402
+    BlockdiagDataConfig,
+    BlockdiagWeightConfig,
+    tile_groups,
+)
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.registry import get_registry  # noqa: E402
@@ -86,18 +90,24 @@ def test_tile_groups(K, C, block_n, want):
 
 
 def test_config_checks():
-    assert DATA.check_config(dict(block_m=64, block_n=16, num_warps=4)) is None
-    assert "block_n" in DATA.check_config(dict(block_m=64, block_n=8, num_warps=4))
-    assert "accumulators" in DATA.check_config(dict(block_m=1024, block_n=64, num_warps=4))
-    assert WEIGHT.check_config(dict(block_p=32, block_n=16, num_warps=4, split=0)) is None
-    assert "split" in WEIGHT.check_config(dict(block_p=32, block_n=16, num_warps=4, split=-1))
-    assert "block_p" in WEIGHT.check_config(dict(block_p=8, block_n=16, num_warps=4, split=0))
+    data, weight = DATA.config.from_values(SMALL_DATA), WEIGHT.config.from_values(SMALL_WEIGHT)
+    assert isinstance(data, BlockdiagDataConfig) and isinstance(weight, BlockdiagWeightConfig)
+    assert data.check() is None and DATA.check_config(SMALL_DATA) is None
+    assert data.replace(block_n=8).check() == "block_m and block_n must be at least 16 (tl.dot's smallest tile)"
+    assert data.replace(block_m=1024, block_n=64).check() == (
+        "block_m*block_n=65536 needs more than 128 fp32 accumulators per thread with num_warps=4")
+    assert weight.check() is None and WEIGHT.check_config(SMALL_WEIGHT) is None
+    assert weight.replace(split=-1).check() == "split=-1 must be an int from 0 (auto) to 4096"
+    assert weight.replace(block_p=8).check() == "block_p and block_n must be at least 16 (tl.dot's smallest tile)"
+    assert weight.replace(block_p=24).check() == "block_p=24 must be a power of two from 1 to 1024"
+    assert weight.replace(num_warps=3).check() == "num_warps=3 is not one of (1, 2, 4, 8)"
+    assert DATA.check_config(dict(block_m=64)) == "config lacks block_n, num_warps (blockdiag takes block_m, block_n, num_warps)"
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_declines_say_why(op):
     alg = DATA if op == "conv_bwd_data" else WEIGHT
-    cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
+    cfg = alg.config.from_values(SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT)
     lt = layout_for("nhwgc", 2)
     fused = FUSED_OPS["passthrough"]
     dense = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))

@@ -3,6 +3,7 @@ synthetic evidence files / tuning databases. Interpreter-free: the fake kernel f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -11,6 +12,7 @@ import triton
 import triton.language as tl
 
 from instance_factory.algorithms import ALGORITHMS, Algorithm, register_algorithm
+from instance_factory.kernel_config import KernelConfig
 from instance_factory.registry import Registry
 
 FAKE = "fake_report"
@@ -18,6 +20,11 @@ FAKE = "fake_report"
 
 def _launch(args):  # never called: the report only reads the registry
     raise AssertionError("the report must not launch kernels")
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeReportConfig(KernelConfig):
+    block: int
 
 
 @triton.jit
@@ -29,9 +36,8 @@ def register_fake() -> list[tuple[str, str]]:
     keys = []
     for op in ("conv_bwd_data", "conv_bwd_weight"):
         if (op, FAKE) not in ALGORITHMS:
-            register_algorithm(Algorithm(op, FAKE, ("block",), lambda cfg: None,
-                                         lambda cfg, p, lt, dt, fo: None, _launch, "report test family",
-                                         kernels=(_fake_kernel,)))
+            register_algorithm(Algorithm(op, FAKE, FakeReportConfig, lambda cfg, p, lt, dt, fo: None, _launch,
+                                         "report test family", kernels=(_fake_kernel,)))
         keys.append((op, FAKE))
     return keys
 

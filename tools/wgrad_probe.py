@@ -81,12 +81,14 @@ def _runner(fam: str, cfg: dict, case):
     p, dt = case.problem.params, DATA_TYPES[DTYPE]
     lt = layout_for(LAYOUT, p.ndim)
     fused, user_fn = resolve_fused_op("passthrough", 0)
-    why = alg.check_config(cfg) or alg.decline(cfg, p, lt, dt, fused)
+    why = alg.check_config(cfg)  # the variant's values, checked before they become its config
+    kcfg = alg.config.from_values(cfg) if why is None else None
+    why = why or alg.decline(kcfg, p, lt, dt, fused)
     if why:
         return None, None, why
     out = torch.empty(lt.shape("weight", p), device=DEV, dtype=dt.result or dt.data)
     args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=1.0, beta=0.0,
-                   a=case.a, b=case.b, ds=(), out=out, cfg=cfg)
+                   a=case.a, b=case.b, ds=(), out=out, cfg=kcfg)
     run = alg.bind(args)
     return (lambda: run(case.a, case.b, out, (), 1.0, 0.0)), out, None
 

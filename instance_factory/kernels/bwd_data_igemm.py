@@ -23,6 +23,7 @@ no ho masks.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -35,11 +36,10 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry, stride_phases
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2
+from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
 
-__all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "bind", "check_config", "decline"]
+__all__ = ["ALGORITHM", "PARAM_NAMES", "SPECS", "BwdDataIgemmConfig", "bind", "decline"]
 
-PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "spec")
 SPECS = ("default", "1x1s1p0")
 _NUM_WARPS = (1, 2, 4, 8, 16)
 _MAX_BLOCK = 256
@@ -221,60 +221,65 @@ def _bwd_data_igemm_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def _smem_bytes(cfg: dict, elem_bytes: int) -> int:
-    """Operand staging buffers of the pipelined loop (fp32 accumulators live in registers)."""
-    stage = (cfg["block_m"] * cfg["block_k"] + cfg["block_k"] * cfg["block_n"]) * elem_bytes
-    return stage * max(1, cfg["num_stages"])
+@dataclass(frozen=True)
+class BwdDataIgemmConfig(GemmTileConfig):
+    """igemm's tile and pipeline: a block_m x block_n tile of grad_in (input positions x C) reduced
+    over block_k-wide chunks of K * taps."""
+
+    spec: str  # "default", or "1x1s1p0": the plain GEMM of a 1x1, stride-1, pad-0 filter
+
+    @classmethod
+    def missing_reason(cls, missing: list[str]) -> str:
+        return f"missing parameters {missing} (igemm takes {', '.join(cls.param_names())})"
+
+    def check(self) -> str | None:
+        """None for a buildable tile, else why not (expansion-time cull, independent of the problem)."""
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not is_pow2(v) or v < 16:
+                return f"{name}={v!r} must be a power of two >= 16 (tl.dot's smallest tile)"
+            if v > _MAX_BLOCK:
+                return f"{name}={v} is over {_MAX_BLOCK}"
+        if self.block_m * self.block_n > 256 * 256:
+            return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in registers"
+        gm = self.group_m
+        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
+            return f"group_m={gm!r} must be a positive int"
+        if self.num_warps not in _NUM_WARPS:
+            return f"num_warps={self.num_warps!r} must be one of {_NUM_WARPS}"
+        ns = self.num_stages
+        if (why := check_num_stages(ns)) is not None:
+            return why
+        if self.spec not in SPECS:
+            return f"spec={self.spec!r} is unknown; igemm specs: {', '.join(SPECS)}"
+        # a tile is impossible only if it overflows shared memory even for 2-byte operands; fp32
+        # problems that overflow are declined per problem (decline) so fp16/bf16 keep big tiles
+        need = self.smem_bytes(2)
+        if need > SMEM_PER_BLOCK:
+            return (f"needs {need // 1024} KiB of shared memory with 2-byte operands "
+                    f"(num_stages={ns}), over the {SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
+        return None
 
 
-def check_config(cfg: dict) -> str | None:
-    """None for a buildable tile, else why not (expansion-time cull, independent of the problem)."""
-    missing = [p for p in PARAM_NAMES if p not in cfg]
-    if missing:
-        return f"missing parameters {missing} (igemm takes {', '.join(PARAM_NAMES)})"
-    for name in ("block_m", "block_n", "block_k"):
-        v = cfg[name]
-        if not is_pow2(v) or v < 16:
-            return f"{name}={v!r} must be a power of two >= 16 (tl.dot's smallest tile)"
-        if v > _MAX_BLOCK:
-            return f"{name}={v} is over {_MAX_BLOCK}"
-    if cfg["block_m"] * cfg["block_n"] > 256 * 256:
-        return f"a {cfg['block_m']}x{cfg['block_n']} fp32 accumulator does not fit in registers"
-    gm = cfg["group_m"]
-    if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-        return f"group_m={gm!r} must be a positive int"
-    if cfg["num_warps"] not in _NUM_WARPS:
-        return f"num_warps={cfg['num_warps']!r} must be one of {_NUM_WARPS}"
-    ns = cfg["num_stages"]
-    if (why := check_num_stages(ns)) is not None:
-        return why
-    if cfg["spec"] not in SPECS:
-        return f"spec={cfg['spec']!r} is unknown; igemm specs: {', '.join(SPECS)}"
-    # a tile is impossible only if it overflows shared memory even for 2-byte operands; fp32
-    # problems that overflow are declined per problem (decline) so fp16/bf16 keep big tiles
-    need = _smem_bytes(cfg, 2)
-    if need > SMEM_PER_BLOCK:
-        return (f"needs {need // 1024} KiB of shared memory with 2-byte operands "
-                f"(num_stages={ns}), over the {SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
-    return None
+PARAM_NAMES = BwdDataIgemmConfig.param_names()
 
 
-def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+def decline(cfg: BwdDataIgemmConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
     if dtype.name not in _DTYPES:
         return (f"igemm bwd data has no {dtype.name!r} variant ({dtype.label}); it supports "
                 f"{', '.join(_DTYPES)}")
-    if cfg.get("spec") == "1x1s1p0" and not params.is_1x1_stride1_pad0:
+    if cfg.spec == "1x1s1p0" and not params.is_1x1_stride1_pad0:
         return (f"spec 1x1s1p0 needs a 1x1 filter, stride 1 and pad 0; the problem has filter "
                 f"{params.filter}, stride {params.stride}, pads {params.left_pad}/{params.right_pad}")
     if params.G > _MAX_GRID_Y:
         return f"G={params.G} is over the {_MAX_GRID_Y} groups the launch grid's y axis holds"
     elem = dtype.data.itemsize
-    need = _smem_bytes(cfg, elem)
+    need = cfg.smem_bytes(elem)
     if need > SMEM_PER_BLOCK:
-        return (f"tile {cfg['block_m']}x{cfg['block_n']}x{cfg['block_k']} with num_stages="
-                f"{cfg['num_stages']} needs {need // 1024} KiB of shared memory for {dtype.name} "
+        return (f"tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k} with num_stages="
+                f"{cfg.num_stages} needs {need // 1024} KiB of shared memory for {dtype.name} "
                 f"operands, over {SMEM_PER_BLOCK // 1024} KiB")
     return None
 
@@ -304,14 +309,14 @@ def _packed(strides: tuple[int, ...], lens: tuple[int, int, int]) -> bool:
 def bind(args: RunArgs) -> Runner:
     """Everything but the tensors, computed once: a runner that fills a preallocated grad_in."""
     geo, cfg, dt = args.geo, args.cfg, args.dtype
-    spec_1x1 = cfg["spec"] == "1x1s1p0"
+    spec_1x1 = cfg.spec == "1x1s1p0"
     assert dt.name in _DTYPES, dt.name
     assert args.out.is_contiguous() and args.out.dtype == (dt.result or dt.data)
     if spec_1x1:
         assert args.params.is_1x1_stride1_pad0
         assert geo.in3 == geo.out3
         assert _packed(geo.x_strides[3:], geo.in3) and _packed(geo.y_strides[3:], geo.out3)
-    bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     table, (nph_d, nph_h, nph_w), m_cnt = _phase_table(geo, spec_1x1, args.out.device)
     n_phases = nph_d * nph_h * nph_w
     num_pid_m = triton.cdiv(geo.N * m_cnt, bm)
@@ -331,14 +336,14 @@ def bind(args: RunArgs) -> Runner:
     )
     kernel = BoundKernel(
         _bwd_data_igemm_kernel, grid,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["group_m"],
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         SPEC_1X1=spec_1x1,
         EVEN_K=geo.K % bk == 0, EVEN_N=geo.C % bn == 0,
         USE_INT64=geo.needs_int64,
         UPCAST=upcast,
         PRECISION=precision,
         OP=args.fused.code, NUM_DS=n_ds, USER_FN=user_fn_or_noop(args.user_fn),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
@@ -350,8 +355,7 @@ def bind(args: RunArgs) -> Runner:
 ALGORITHM = register_algorithm(Algorithm(
     op="conv_bwd_data",
     name="igemm",
-    param_names=PARAM_NAMES,
-    check_config=check_config,
+    config=BwdDataIgemmConfig,
     decline=decline,
     bind=bind,
     description=(

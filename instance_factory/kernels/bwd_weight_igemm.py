@@ -72,20 +72,20 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_weight_igemm_plan import (
     ALGORITHM_NAMES,
+    CONFIGS,
     MIN_ITERS_PER_SPLIT,
     PARAM_NAMES,
     SPECS,
-    check_algorithm_config,
-    check_config,
+    BwdWeightIgemmConfig,
+    SplitKConfig,
     choose_split_k,
     fp8_reason,
-    smem_bytes,
     tiles_of,
 )
 from .host import SMEM_PER_BLOCK, sm_count
 
-__all__ = ["ALGORITHM_NAMES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "bind", "check_config",
-           "choose_split_k", "chunk_iters", "decline", "sm_count"]
+__all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
+           "SplitKConfig", "bind", "choose_split_k", "chunk_iters", "decline", "sm_count"]
 
 OP_NAME = "conv_bwd_weight"
 FINALIZE_BLOCK = 1024
@@ -328,24 +328,24 @@ def _bwd_weight_finalize_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def _decline(algorithm: str, cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+def _decline(algorithm: str, cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:
-    bad = check_algorithm_config(algorithm, cfg)
+    bad = CONFIGS[algorithm].validate(cfg)
     if bad is not None:
         return bad
     if layout.ndim != params.ndim:
         return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
-    if cfg["spec"] == "1x1s1p0" and not params.is_1x1_stride1_pad0:
+    if cfg.spec == "1x1s1p0" and not params.is_1x1_stride1_pad0:
         return ("spec 1x1s1p0 needs a 1x1 filter, stride 1 and no padding; the problem has filter "
                 f"{params.filter}, stride {params.stride}, pads {params.left_pad}/{params.right_pad}")
     if dtype.compute == "fp8":
         why = fp8_reason(allow_interpreter=_FP8_IN_INTERPRETER)
         if why is not None:
             return why
-        if cfg["block_k"] < 32:
-            return f"fp8 tl.dot needs block_k >= 32, got {cfg['block_k']}"
+        if cfg.block_k < 32:
+            return f"fp8 tl.dot needs block_k >= 32, got {cfg.block_k}"
     elem = 4 if dtype.data.itemsize >= 4 else 2
-    smem = smem_bytes(cfg, elem)
+    smem = cfg.smem_bytes(elem)
     if smem > SMEM_PER_BLOCK:
         return (f"{dtype.name} operand tiles need {smem // 1024} KiB of shared memory "
                 f"(limit {SMEM_PER_BLOCK // 1024} KiB)")
@@ -354,7 +354,7 @@ def _decline(algorithm: str, cfg: dict, params: ConvParams, layout: LayoutTriple
     return None
 
 
-def decline(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp,
+def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp,
             algorithm: str = "splitk_reduce") -> str | None:
     """None when an instance of ``algorithm`` with ``cfg`` can run the problem, else why not."""
     return _decline(algorithm, cfg, params, layout, dtype, fused)
@@ -383,16 +383,16 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
                          f"{args.a.dtype}/{args.b.dtype} -> {out.dtype}")
     dev = out.device
 
-    spec_1x1 = cfg["spec"] == "1x1s1p0"
+    spec_1x1 = cfg.spec == "1x1s1p0"
     flat_taps = algorithm == "two_stage" and not spec_1x1
     if algorithm == "igemm":
         split = 1
     else:
-        split = int(cfg["split_k"]) or choose_split_k(p, cfg, sm_count(dev), algorithm)
+        split = int(cfg.split_k) or choose_split_k(p, cfg, sm_count(dev), algorithm)
 
     R = p.N * math.prod(p.output)
     P = math.prod(p.output)
-    total_iters = triton.cdiv(R, cfg["block_k"])
+    total_iters = triton.cdiv(R, cfg.block_k)
     iters_per_split = triton.cdiv(total_iters, split)
     tiles = tiles_of(p, cfg, flat_taps)
     grid = (tiles * split,)
@@ -427,12 +427,12 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
              R, P, iters_per_split, total_iters, geo.w_numel)
     gemm = BoundKernel(
         _bwd_weight_gemm_kernel, grid,
-        BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"],
-        CHUNK_ITERS=chunk_iters(cfg["block_k"]),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        CHUNK_ITERS=chunk_iters(cfg.block_k),
         MODE=mode, FLAT_TAPS=flat_taps, SPEC_1X1=spec_1x1, FLAT_R=flat_r,
         INT64=int64, UPCAST_F32=upcast, FP8=fp8, FP8_PREROUND=fp8 and interpreting(),
         INPUT_PRECISION=precision,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **epi,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
     if mode == _MODE_FUSED:
         def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
@@ -473,17 +473,14 @@ _DESCRIPTIONS = {
 
 
 def _make(algorithm: str) -> Algorithm:
-    def _check(cfg: dict) -> str | None:
-        return check_algorithm_config(algorithm, cfg)
-
-    def _dec(cfg: dict, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+    def _dec(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:
         return _decline(algorithm, cfg, params, layout, dtype, fused)
 
     def _bind(args: RunArgs) -> Runner:
         return bind(args, algorithm)
 
-    return Algorithm(op=OP_NAME, name=algorithm, param_names=PARAM_NAMES, check_config=_check,
+    return Algorithm(op=OP_NAME, name=algorithm, config=CONFIGS[algorithm],
                      decline=_dec, bind=_bind, description=_DESCRIPTIONS[algorithm],
                      kernels=(_bwd_weight_gemm_kernel, _bwd_weight_finalize_kernel))
 

@@ -1,4 +1,5 @@
-"""The igemm bwd-weight algorithms' tile checks and split planning (host only, no device code).
+"""The igemm bwd-weight algorithms' configs (with their tile checks) and split planning (host only,
+no device code).
 
 Split from ``bwd_weight_igemm.py``, which keeps the kernels, the problem declines and ``bind``;
 also the fp8 availability check the declines use.
@@ -7,18 +8,18 @@ also the fp8 availability check the declines use.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
 
 from ..algorithms import interpreting
 from ..problem import ConvParams
-from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2
+from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
 
-__all__ = ["ALGORITHM_NAMES", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "check_config",
-           "check_algorithm_config", "choose_split_k", "fp8_reason", "smem_bytes", "tiles_of"]
+__all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
+           "SplitKConfig", "choose_split_k", "fp8_reason", "tiles_of"]
 
-PARAM_NAMES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "spec")
 SPECS = ("default", "1x1s1p0")
 ALGORITHM_NAMES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
 
@@ -28,74 +29,86 @@ MAX_AUTO_SPLIT = 64
 WORKSPACE_CAP_BYTES = 2 << 30  # auto split keeps the fp32 slices of reduce modes under this
 
 
-def smem_bytes(cfg: dict, elem_bytes: int) -> int:
-    """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
-    stages = max(1, int(cfg["num_stages"]))
-    return stages * (cfg["block_m"] + cfg["block_n"]) * cfg["block_k"] * elem_bytes
+@dataclass(frozen=True)
+class SplitKConfig(GemmTileConfig):
+    """The GEMM tile of the split-K algorithms (splitk_atomic, splitk_reduce, two_stage): block_m x
+    block_n of dW (K x C, or K x C*taps for two_stage) reduced over block_k-wide chunks of N*prod(out),
+    split over split_k programs (0: automatic, :func:`choose_split_k`)."""
+
+    split_k: int
+    spec: str  # "default", or "1x1s1p0": the plain GEMM of a 1x1, stride-1, pad-0 filter
+
+    def split_rule(self) -> str | None:
+        """Why this algorithm cannot take ``split_k`` (past its type check), or None."""
+        return None
+
+    def check(self) -> str | None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not is_pow2(v):
+                return f"{name}={v!r} must be a power of two"
+            if v < 16:
+                return f"{name}={v} is below 16, the smallest tl.dot tile"
+            if v > 256:
+                return f"{name}={v} is above 256"
+        gm = self.group_m
+        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
+            return f"group_m={gm!r} must be a positive int"
+        nw = self.num_warps
+        if nw not in (1, 2, 4, 8, 16):
+            return f"num_warps={nw!r} must be one of 1, 2, 4, 8, 16"
+        if (why := check_num_stages(self.num_stages)) is not None:
+            return why
+        sk = self.split_k
+        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
+            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if (why := self.split_rule()) is not None:
+            return why
+        if self.spec not in SPECS:
+            return f"spec={self.spec!r} must be one of {', '.join(SPECS)}"
+        smem = self.smem_bytes(2)
+        if smem > SMEM_PER_BLOCK:
+            return (f"operand tiles need {smem // 1024} KiB of shared memory even at 2 bytes/element "
+                    f"(limit {SMEM_PER_BLOCK // 1024} KiB)")
+        regs = self.block_m * self.block_n // (32 * nw)
+        if regs > MAX_ACC_REGS:
+            return (f"a {self.block_m}x{self.block_n} fp32 accumulator over {nw} warps needs {regs} "
+                    f"registers per thread (limit {MAX_ACC_REGS})")
+        return None
 
 
-def check_algorithm_config(algorithm: str, cfg: dict) -> str | None:
-    missing = [p for p in PARAM_NAMES if p not in cfg]
-    if missing:
-        return f"config lacks {', '.join(missing)}"
-    for name in ("block_m", "block_n", "block_k"):
-        v = cfg[name]
-        if not is_pow2(v):
-            return f"{name}={v!r} must be a power of two"
-        if v < 16:
-            return f"{name}={v} is below 16, the smallest tl.dot tile"
-        if v > 256:
-            return f"{name}={v} is above 256"
-    gm = cfg["group_m"]
-    if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-        return f"group_m={gm!r} must be a positive int"
-    nw = cfg["num_warps"]
-    if nw not in (1, 2, 4, 8, 16):
-        return f"num_warps={nw!r} must be one of 1, 2, 4, 8, 16"
-    if (why := check_num_stages(cfg["num_stages"])) is not None:
-        return why
-    sk = cfg["split_k"]
-    if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-        return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
-    if algorithm == "igemm" and sk != 1:
-        return f"igemm has no split-K: split_k must be 1, got {sk}"
-    if cfg["spec"] not in SPECS:
-        return f"spec={cfg['spec']!r} must be one of {', '.join(SPECS)}"
-    smem = smem_bytes(cfg, 2)
-    if smem > SMEM_PER_BLOCK:
-        return (f"operand tiles need {smem // 1024} KiB of shared memory even at 2 bytes/element "
-                f"(limit {SMEM_PER_BLOCK // 1024} KiB)")
-    regs = cfg["block_m"] * cfg["block_n"] // (32 * nw)
-    if regs > MAX_ACC_REGS:
-        return (f"a {cfg['block_m']}x{cfg['block_n']} fp32 accumulator over {nw} warps needs {regs} "
-                f"registers per thread (limit {MAX_ACC_REGS})")
-    return None
+@dataclass(frozen=True)
+class BwdWeightIgemmConfig(SplitKConfig):
+    """igemm's tile: the same parameters, with no split-K (split_k must be 1)."""
+
+    def split_rule(self) -> str | None:
+        if self.split_k != 1:
+            return f"igemm has no split-K: split_k must be 1, got {self.split_k}"
+        return None
 
 
-def check_config(cfg: dict, algorithm: str = "splitk_reduce") -> str | None:
-    """None, or why ``cfg`` is an impossible instance of ``algorithm``."""
-    if algorithm not in ALGORITHM_NAMES:
-        return f"unknown bwd-weight igemm family {algorithm!r}"
-    return check_algorithm_config(algorithm, cfg)
+PARAM_NAMES = SplitKConfig.param_names()
+CONFIGS: dict[str, type[SplitKConfig]] = {"igemm": BwdWeightIgemmConfig, "splitk_atomic": SplitKConfig,
+                                          "splitk_reduce": SplitKConfig, "two_stage": SplitKConfig}
 
 
-def tiles_of(params: ConvParams, cfg: dict, flat_taps: bool) -> int:
+def tiles_of(params: ConvParams, cfg: SplitKConfig, flat_taps: bool) -> int:
     taps = math.prod(params.filter)
-    m_tiles = triton.cdiv(params.K, cfg["block_m"])
+    m_tiles = triton.cdiv(params.K, cfg.block_m)
     if flat_taps:
-        return params.G * m_tiles * triton.cdiv(params.C * taps, cfg["block_n"])
-    return params.G * taps * m_tiles * triton.cdiv(params.C, cfg["block_n"])
+        return params.G * m_tiles * triton.cdiv(params.C * taps, cfg.block_n)
+    return params.G * taps * m_tiles * triton.cdiv(params.C, cfg.block_n)
 
 
-def choose_split_k(params: ConvParams, cfg: dict, sm_count: int, algorithm: str = "splitk_reduce") -> int:
+def choose_split_k(params: ConvParams, cfg: SplitKConfig, sm_count: int, algorithm: str = "splitk_reduce") -> int:
     """Automatic split factor: programs (tiles * split) ~ 3 waves of ``sm_count``, never fewer than
     MIN_ITERS_PER_SPLIT block_k iterations per split, and the fp32 slices of the deterministic modes
     within WORKSPACE_CAP_BYTES. Returns 1 for igemm or when the tiles alone fill two waves."""
     if algorithm == "igemm":
         return 1
-    flat = algorithm == "two_stage" and cfg.get("spec", "default") != "1x1s1p0"
+    flat = algorithm == "two_stage" and cfg.spec != "1x1s1p0"
     tiles = tiles_of(params, cfg, flat)
-    iters = triton.cdiv(params.N * math.prod(params.output), cfg["block_k"])
+    iters = triton.cdiv(params.N * math.prod(params.output), cfg.block_k)
     if tiles >= 2 * sm_count:
         return 1
     split = triton.cdiv(3 * sm_count, tiles)

@@ -7,12 +7,15 @@ are part of the kernel identity of every algorithm that calls them (kernel_ident
 changes those algorithms' kernel hashes, moving one between modules does not.
 
 Host side: the reduce's launcher and the split runner, split clamping, the contiguity check and
-the config checks of the direct-style algorithms (direct, depthwise, blockdiag).
+the config checks of the direct-style algorithms (``DirectStyleConfig``: direct, depthwise,
+dwstream, blockdiag).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import triton
@@ -21,6 +24,7 @@ import triton.language as tl
 from ..algorithms import RunArgs, Runner
 from ..epilogue import apply_epilogue, epilogue_args
 from ..fast_launch import BoundKernel
+from ..kernel_config import KernelConfig
 from .host import INT32_LIMIT, is_pow2
 
 __all__ = [
@@ -28,7 +32,7 @@ __all__ = [
     "MAX_SPLIT",
     "NUM_WARPS",
     "WEIGHT_DTYPES",
-    "check_common",
+    "DirectStyleConfig",
     "finalize_launcher",
     "num_phases",
     "require_contiguous",
@@ -171,18 +175,29 @@ def num_phases(input_lens: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return math.prod(min(s, i) for s, i in zip(strides, input_lens))
 
 
-def check_common(cfg: dict, names: tuple[str, ...], algorithm: str, pow2_blocks: tuple[str, ...]) -> str | None:
-    """The checks every direct-style algorithm shares: all parameters present, num_warps, the named
-    block sizes powers of two up to 1024, and ``split`` (when a parameter) from 0 (auto) to the cap."""
-    missing = [n for n in names if n not in cfg]
-    if missing:
-        return f"config lacks {', '.join(missing)} ({algorithm} takes {', '.join(names)})"
-    if cfg["num_warps"] not in NUM_WARPS:
-        return f"num_warps={cfg['num_warps']!r} is not one of {NUM_WARPS}"
-    for name in pow2_blocks:
-        if not is_pow2(cfg[name]) or cfg[name] > 1024:
-            return f"{name}={cfg[name]!r} must be a power of two from 1 to 1024"
-    split = cfg.get("split", 0)
-    if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= MAX_SPLIT:
-        return f"split={split!r} must be an int from 0 (auto) to {MAX_SPLIT}"
-    return None
+@dataclass(frozen=True)
+class DirectStyleConfig(KernelConfig):
+    """The checks every direct-style algorithm's config shares (direct, depthwise, dwstream,
+    blockdiag): ``num_warps``, the block sizes ``POW2_BLOCKS`` (powers of two up to 1024, checked in
+    that order) and ``split`` where the algorithm has one (0 = auto, up to the cap). A subclass
+    declares the fields (``num_warps`` among them) and names its ``ALGORITHM`` for the message of a
+    config that lacks parameters."""
+
+    ALGORITHM: ClassVar[str] = ""
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def missing_reason(cls, missing: list[str]) -> str:
+        return f"config lacks {', '.join(missing)} ({cls.ALGORITHM} takes {', '.join(cls.param_names())})"
+
+    def check(self) -> str | None:
+        if self.num_warps not in NUM_WARPS:
+            return f"num_warps={self.num_warps!r} is not one of {NUM_WARPS}"
+        for name in self.POW2_BLOCKS:
+            size = getattr(self, name)
+            if not is_pow2(size) or size > 1024:
+                return f"{name}={size!r} must be a power of two from 1 to 1024"
+        split = getattr(self, "split", 0)  # a dgrad config has none
+        if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= MAX_SPLIT:
+            return f"split={split!r} must be an int from 0 (auto) to {MAX_SPLIT}"
+        return None

@@ -28,6 +28,8 @@ was measured (docs/BENCHMARKS.md, session 6).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import triton
 import triton.language as tl
@@ -41,9 +43,9 @@ from ..problem import ConvParams
 from .common import (
     MAX_GRID_YZ,
     WEIGHT_DTYPES,
+    DirectStyleConfig,
     _dw_finalize_kernel,
     _tap_of,
-    check_common,
     finalize_launcher,
     require_contiguous,
     split_chunks,
@@ -51,9 +53,8 @@ from .common import (
 )
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "MAX_CHANNELS_PER_GROUP", "auto_split", "bind", "check_config", "decline", "vector_width"]
+__all__ = ["ALGORITHM", "MAX_CHANNELS_PER_GROUP", "DwStreamConfig", "auto_split", "bind", "decline", "vector_width"]
 
-_PARAMS = ("block_t", "block_w", "block_ch", "prefetch", "num_warps", "split")
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators per thread (as many again for the x tile): no spills
 MAX_CHANNELS_PER_GROUP = 4  # K per group (depth multiplier); C must be 1. Measured on an H100: C = K = 4-8
 # through this kernel ran 3-20x slower than blockdiag (docs/BENCHMARKS.md, session 6)
@@ -186,6 +187,34 @@ def _dwstream_kernel(
         tl.store(ws_ptr + offs, res, mask=keep)
 
 
+@dataclass(frozen=True)
+class DwStreamConfig(DirectStyleConfig):
+    """dwstream: block_t taps (0: all, padded to a power of two) x block_w output columns x block_ch
+    result channels per program, the next row's tiles loaded ahead when ``prefetch`` is 1, the
+    rows split in ``split`` chunks (0: automatic, :func:`auto_split`)."""
+
+    block_t: int
+    block_w: int
+    block_ch: int
+    prefetch: int
+    num_warps: int
+    split: int
+
+    ALGORITHM: ClassVar[str] = "dwstream"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_ch")
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason:
+            return reason
+        bt = self.block_t
+        if not isinstance(bt, int) or isinstance(bt, bool) or not (bt == 0 or (bt & (bt - 1) == 0 and bt <= 64)):
+            return f"block_t={bt!r} must be 0 (all taps) or a power of two up to 64"
+        if self.prefetch not in (0, 1):
+            return f"prefetch={self.prefetch!r} must be 0 or 1"
+        return None
+
+
 def vector_width(strides: tuple[int, ...], channels: int) -> int:
     """The largest power of two <= 8 dividing every stride given and the channel count."""
     vec = 8
@@ -209,10 +238,10 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
     require_contiguous(args, "dwstream")
-    block_w, block_ch = int(cfg["block_w"]), int(cfg["block_ch"])
-    num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
+    block_w, block_ch = int(cfg.block_w), int(cfg.block_ch)
+    num_warps, split = int(cfg.num_warps), int(cfg.split)
     taps = geo.taps
-    block_t = _taps_per_program(taps, int(cfg["block_t"]))
+    block_t = _taps_per_program(taps, int(cfg.block_t))
     gkc = geo.G * geo.K * geo.C
     xs, ys = geo.x_strides, geo.y_strides
     # the n, d, h, w strides (indices 1, 3, 4, 5) of x and dy travel divided by VEC
@@ -234,7 +263,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     main = BoundKernel(_dwstream_kernel, (cblocks * wt, tblocks, split),
                        K=geo.K, C=geo.C, VEC=vec, BLOCK_T=block_t, BLOCK_W=block_w, BLOCK_CH=block_ch,
-                       PREFETCH=bool(cfg["prefetch"]), FINAL=final, USE_INT64=use_int64,
+                       PREFETCH=bool(cfg.prefetch), FINAL=final, USE_INT64=use_int64,
                        num_warps=num_warps, **epi)
     sizes = (gkc // vec, rows, wt, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
              *geo.stride3, *geo.dil3, *geo.pad3, *xs_v, *geo.w_strides, *ys_v)
@@ -243,38 +272,25 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     return split_runner(main, finalize, sizes, fin_sizes, slices * total)
 
 
-def check_config(cfg: dict) -> str | None:
-    reason = check_common(cfg, _PARAMS, "dwstream", ("block_w", "block_ch"))
-    if reason:
-        return reason
-    bt = cfg["block_t"]
-    if not isinstance(bt, int) or isinstance(bt, bool) or not (bt == 0 or (bt & (bt - 1) == 0 and bt <= 64)):
-        return f"block_t={bt!r} must be 0 (all taps) or a power of two up to 64"
-    if cfg["prefetch"] not in (0, 1):
-        return f"prefetch={cfg['prefetch']!r} must be 0 or 1"
-    return None
-
-
-def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
+def decline(cfg: DwStreamConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
     if dtype.name not in WEIGHT_DTYPES:
         return f"dwstream conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
     if p.C != 1 or p.K > MAX_CHANNELS_PER_GROUP:
         return (f"dwstream serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this problem "
                 f"has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
     taps = math.prod(p.filter)
-    bt = _taps_per_program(taps, cfg["block_t"])
-    per_thread = bt * cfg["block_w"] * cfg["block_ch"] / (32 * cfg["num_warps"])
+    bt = _taps_per_program(taps, cfg.block_t)
+    per_thread = bt * cfg.block_w * cfg.block_ch / (32 * cfg.num_warps)
     if per_thread > _MAX_ACC_PER_THREAD:
-        return (f"{bt} taps x block_w={cfg['block_w']} x block_ch={cfg['block_ch']} needs {per_thread:g} fp32 "
-                f"accumulators per thread with num_warps={cfg['num_warps']} (more than {_MAX_ACC_PER_THREAD})")
+        return (f"{bt} taps x block_w={cfg.block_w} x block_ch={cfg.block_ch} needs {per_thread:g} fp32 "
+                f"accumulators per thread with num_warps={cfg.num_warps} (more than {_MAX_ACC_PER_THREAD})")
     if triton.cdiv(taps, bt) > MAX_GRID_YZ:
         return f"{taps} taps need more than {MAX_GRID_YZ} tap blocks of {bt}"
     return None
 
 
 ALGORITHM = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="dwstream", param_names=_PARAMS,
-    check_config=check_config, decline=decline, bind=bind,
+    op="conv_bwd_weight", name="dwstream", config=DwStreamConfig, decline=decline, bind=bind,
     description="depthwise wgrad as one stream over the output rows: all taps of a channel block and one "
                 "column tile per program, loop-invariant offsets, optional prefetch, deterministic split reduce",
     kernels=(_dwstream_kernel, _dw_finalize_kernel),

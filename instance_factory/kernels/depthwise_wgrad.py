@@ -23,6 +23,8 @@ bwd-weight layers (up to 22% faster than ``direct``), tied on the 144-channel 56
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import triton
 import triton.language as tl
@@ -37,8 +39,8 @@ from .common import (
     MAX_GRID_YZ,
     MAX_SPLIT,
     WEIGHT_DTYPES,
+    DirectStyleConfig,
     _dw_finalize_kernel,
-    check_common,
     finalize_launcher,
     require_contiguous,
     split_chunks,
@@ -46,10 +48,23 @@ from .common import (
 )
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "auto_split", "bind", "check_config", "decline"]
+__all__ = ["ALGORITHM", "DepthwiseConfig", "auto_split", "bind", "decline"]
 
-_PARAMS = ("block_w", "block_ch", "num_warps", "split")
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators per thread (and as many for the x tile): no spills
+
+
+@dataclass(frozen=True)
+class DepthwiseConfig(DirectStyleConfig):
+    """depthwise wgrad: [block_w output columns x block_ch channels] tiles of a row, the rows split in
+    ``split`` chunks (0: automatic, :func:`auto_split`)."""
+
+    block_w: int
+    block_ch: int
+    num_warps: int
+    split: int
+
+    ALGORITHM: ClassVar[str] = "depthwise"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_ch")
 
 
 @triton.jit
@@ -141,8 +156,8 @@ def auto_split(params: ConvParams, block_w: int, block_ch: int, sms: int) -> int
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
-    block_w, block_ch = int(cfg["block_w"]), int(cfg["block_ch"])
-    num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
+    block_w, block_ch = int(cfg.block_w), int(cfg.block_ch)
+    num_warps, split = int(cfg.num_warps), int(cfg.split)
     require_contiguous(args, "depthwise")
     taps, G = geo.taps, geo.G
     filter_rows = taps // geo.filt3[2]
@@ -164,30 +179,25 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     return split_runner(main, finalize, sizes, fin_sizes, split * total)
 
 
-def check_config(cfg: dict) -> str | None:
-    return check_common(cfg, _PARAMS, "depthwise", ("block_w", "block_ch"))
-
-
-def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
+def decline(cfg: DepthwiseConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
     if dtype.name == "fp16_fp8":
         return "the depthwise kernel computes in fp32 FMA; it has no fp8 compute (fp16_fp8)"
     if dtype.name not in WEIGHT_DTYPES:
         return f"depthwise conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
     if p.C != 1 or p.K != 1:
         return f"depthwise kernel serves C = K = 1 per group; this problem has C={p.C}, K={p.K}"
-    tile = _block_x(p) * cfg["block_w"] * cfg["block_ch"]
-    if tile > _MAX_ACC_PER_THREAD * 32 * cfg["num_warps"]:
-        return (f"a filter row of {p.filter[-1]} taps (padded to {_block_x(p)}) x block_w={cfg['block_w']} x "
-                f"block_ch={cfg['block_ch']} needs more than {_MAX_ACC_PER_THREAD} fp32 accumulators per "
-                f"thread with num_warps={cfg['num_warps']}")
-    if triton.cdiv(p.G, cfg["block_ch"]) > MAX_GRID_YZ:
-        return f"G={p.G} needs more than {MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
+    tile = _block_x(p) * cfg.block_w * cfg.block_ch
+    if tile > _MAX_ACC_PER_THREAD * 32 * cfg.num_warps:
+        return (f"a filter row of {p.filter[-1]} taps (padded to {_block_x(p)}) x block_w={cfg.block_w} x "
+                f"block_ch={cfg.block_ch} needs more than {_MAX_ACC_PER_THREAD} fp32 accumulators per "
+                f"thread with num_warps={cfg.num_warps}")
+    if triton.cdiv(p.G, cfg.block_ch) > MAX_GRID_YZ:
+        return f"G={p.G} needs more than {MAX_GRID_YZ} channel blocks of {cfg.block_ch}"
     return None
 
 
 ALGORITHM = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="depthwise", param_names=_PARAMS,
-    check_config=check_config, decline=decline, bind=bind,
+    op="conv_bwd_weight", name="depthwise", config=DepthwiseConfig, decline=decline, bind=bind,
     description="depthwise (C = K = 1) wgrad: [taps x positions x channels] fp32 accumulators, one "
                 "reduction over positions per program, split reduction with a deterministic fp32 reduce",
     kernels=(_depthwise_wgrad_kernel, _dw_finalize_kernel),

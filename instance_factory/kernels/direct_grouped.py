@@ -44,25 +44,24 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import (
     MAX_GRID_YZ,
-    MAX_SPLIT,
     WEIGHT_DTYPES,
     _dw_finalize_kernel,
     _reduction_chunk,
     _split_position,
     _tap_input,
     _tap_of,
-    check_common,
     finalize_launcher,
     num_phases,
     require_contiguous,
     split_chunks,
     split_runner,
 )
+from .direct_grouped_plan import DirectDataConfig, DirectWeightConfig, auto_split, taps_per_program
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "auto_split",
-           "check_config_bwd_data", "check_config_bwd_weight", "decline_bwd_data", "decline_bwd_weight",
-           "bind_bwd_data", "bind_bwd_weight"]
+__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "DirectDataConfig",
+           "DirectWeightConfig", "auto_split", "decline_bwd_data", "decline_bwd_weight", "bind_bwd_data",
+           "bind_bwd_weight", "taps_per_program"]
 
 MAX_CHANNELS_PER_GROUP = 8
 _DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
@@ -232,45 +231,16 @@ def _dw_grouped_kernel(
         tl.store(ws_ptr + offs, acc, mask=mask)
 
 
-def _taps_per_program(taps: int, block_ch: int, num_warps: int) -> int:
-    """Taps per program (unrolled in the kernel): all of them unless the [taps x channels] fp32
-    accumulator would exceed 32 registers per thread, or more than 16 taps would be unrolled; then
-    the taps are spread evenly over grid axis 1."""
-    cap = max(1, (32 * 32 * num_warps) // block_ch)
-    cap = min(1 << (cap.bit_length() - 1), 16)
-    return triton.cdiv(taps, triton.cdiv(taps, cap))
-
-
-def auto_split(params: ConvParams, block_p: int, block_ch: int, num_warps: int, elem_bytes: int,
-               sms: int) -> int:
-    """Reduction chunks for bwd weight: enough programs for ~16 per SM, but every chunk long enough
-    that its fp32 partials (written and read back) cost at most ~1/8 of its operand reads, and at
-    least two position tiles long."""
-    taps = math.prod(params.filter)
-    gkc = params.G * params.K * params.C
-    if params.K * params.C > 1:  # whole groups per program (K, C padded to powers of two)
-        per = max(1, block_ch // (triton.next_power_of_2(params.K) * triton.next_power_of_2(params.C)))
-        cblocks = triton.cdiv(params.G, per)
-    else:
-        cblocks = triton.cdiv(gkc, block_ch)
-    base = cblocks * triton.cdiv(taps, _taps_per_program(taps, block_ch, num_warps))
-    P = params.N * math.prod(params.output)
-    min_chunk = max(2 * block_p,
-                    math.ceil(64 * taps * params.K * params.C / ((params.C + params.K) * elem_bytes)))
-    want = triton.cdiv(16 * sms, base)  # ~16 programs per SM: a memory-bound loop needs the warps
-    return int(max(1, min(want, P // min_chunk, MAX_SPLIT)))
-
-
 def bind_bwd_weight(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
-    block_p, block_ch = int(cfg["block_p"]), int(cfg["block_ch"])
-    num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
+    block_p, block_ch = int(cfg.block_p), int(cfg.block_ch)
+    num_warps, split = int(cfg.num_warps), int(cfg.split)
     require_contiguous(args, "direct")
     taps = geo.taps
     gkc = geo.G * geo.K * geo.C
     P = geo.N * math.prod(geo.out3)
-    nt = _taps_per_program(taps, block_ch, num_warps)
+    nt = taps_per_program(taps, block_ch, num_warps)
     if split <= 0:
         split = auto_split(p, block_p, block_ch, num_warps, args.a.element_size(), sm_count(args.out.device))
     split, chunk = split_chunks(split, P)
@@ -397,7 +367,7 @@ def _dx_direct_kernel(
 def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
-    block_p, block_ch, num_warps = int(cfg["block_p"]), int(cfg["block_ch"]), int(cfg["num_warps"])
+    block_p, block_ch, num_warps = int(cfg.block_p), int(cfg.block_ch), int(cfg.num_warps)
     for name, t in (("grad_out", args.a), ("weight", args.b), ("grad_in", args.out),
                     *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
@@ -423,26 +393,8 @@ def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 
 # ------------------------------------------------------------------------------------------------
-# configs and declines
+# declines (the configs and their tile checks: direct_grouped_plan.py)
 # ------------------------------------------------------------------------------------------------
-def _check_config(cfg: dict, names: tuple[str, ...], what: str) -> str | None:
-    reason = check_common(cfg, names, "direct", ("block_ch", "block_p"))
-    if reason:
-        return reason
-    tile = cfg["block_p"] * cfg["block_ch"]
-    if tile > 64 * 32 * cfg["num_warps"]:
-        return f"block_p*block_ch={tile} needs more than 64 fp32 {what} per thread with num_warps={cfg['num_warps']}"
-    return None
-
-
-def check_config_bwd_data(cfg: dict) -> str | None:
-    return _check_config(cfg, _DATA_PARAMS, "accumulators")
-
-
-def check_config_bwd_weight(cfg: dict) -> str | None:
-    return _check_config(cfg, _WEIGHT_PARAMS, "registers (the grad_out tile)")
-
-
 def _decline_common(p: ConvParams, dtype: DataType, allowed: tuple[str, ...], op: str) -> str | None:
     if dtype.name == "fp16_fp8":
         return "the direct kernel computes in fp32 FMA; it has no fp8 compute (fp16_fp8)"
@@ -454,46 +406,42 @@ def _decline_common(p: ConvParams, dtype: DataType, allowed: tuple[str, ...], op
     return None
 
 
-def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+def decline_bwd_data(cfg: DirectDataConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                      fused: FusedOp) -> str | None:
     reason = _decline_common(p, dtype, _DATA_DTYPES, "conv_bwd_data")
     if reason:
         return reason
-    if triton.cdiv(p.G * p.C, cfg["block_ch"]) > MAX_GRID_YZ:
-        return f"G*C={p.G * p.C} needs more than {MAX_GRID_YZ} channel blocks of {cfg['block_ch']}"
+    if triton.cdiv(p.G * p.C, cfg.block_ch) > MAX_GRID_YZ:
+        return f"G*C={p.G * p.C} needs more than {MAX_GRID_YZ} channel blocks of {cfg.block_ch}"
     phases = num_phases(p.input, p.stride)
     if phases > MAX_GRID_YZ:
         return f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}"
     return None
 
 
-def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+def decline_bwd_weight(cfg: DirectWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                        fused: FusedOp) -> str | None:
     reason = _decline_common(p, dtype, WEIGHT_DTYPES, "conv_bwd_weight")
     if reason:
         return reason
     taps = math.prod(p.filter)
-    nt = _taps_per_program(taps, cfg["block_ch"], cfg["num_warps"])
+    nt = taps_per_program(taps, cfg.block_ch, cfg.num_warps)
     if triton.cdiv(taps, nt) > MAX_GRID_YZ:
         return (f"the filter has {taps} taps: more than {MAX_GRID_YZ} tap blocks of {nt} "
-                f"(block_ch={cfg['block_ch']}, num_warps={cfg['num_warps']})")
+                f"(block_ch={cfg.block_ch}, num_warps={cfg.num_warps})")
     return None
 
 
-_DATA_PARAMS = ("block_p", "block_ch", "num_warps")
-_WEIGHT_PARAMS = ("block_p", "block_ch", "num_warps", "split")
-
 ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
-    op="conv_bwd_data", name="direct", param_names=_DATA_PARAMS,
-    check_config=check_config_bwd_data, decline=decline_bwd_data, bind=bind_bwd_data,
+    op="conv_bwd_data", name="direct", config=DirectDataConfig, decline=decline_bwd_data, bind=bind_bwd_data,
     description="direct (no tensor cores) depthwise / few-channel grouped dgrad: vectorized over "
                 "the flattened (g, c) axis, one stride phase per program, fused epilogue",
     kernels=(_dx_direct_kernel,),
 ))
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="direct", param_names=_WEIGHT_PARAMS,
-    check_config=check_config_bwd_weight, decline=decline_bwd_weight, bind=bind_bwd_weight,
+    op="conv_bwd_weight", name="direct", config=DirectWeightConfig, decline=decline_bwd_weight,
+    bind=bind_bwd_weight,
     description="direct (no tensor cores) depthwise / few-channel grouped wgrad: [taps x channels] "
                 "fp32 accumulators per program, split reduction with a deterministic fp32 reduce",
     kernels=(_dw_direct_kernel, _dw_grouped_kernel, _dw_finalize_kernel),

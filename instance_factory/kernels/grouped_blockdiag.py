@@ -26,6 +26,8 @@ conv_bwd_weight: dw[(g, k), (tap, g, c)] = sum over positions p of dy[p, (g, k)]
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import triton
@@ -41,11 +43,11 @@ from .common import (
     MAX_GRID_YZ,
     MAX_SPLIT,
     WEIGHT_DTYPES,
+    DirectStyleConfig,
     _dw_finalize_kernel,
     _reduction_chunk,
     _split_position,
     _tap_of,
-    check_common,
     finalize_launcher,
     num_phases,
     require_contiguous,
@@ -54,7 +56,8 @@ from .common import (
 )
 from .host import INT32_LIMIT, pipeline_stages, sm_count
 
-__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "tile_groups"]
+__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "BlockdiagDataConfig",
+           "BlockdiagWeightConfig", "tile_groups"]
 
 MAX_CHANNELS_PER_GROUP = 64  # wider groups fill igemm's own tiles
 _MIN_DOT = 16  # tl.dot's smallest tile side
@@ -202,8 +205,8 @@ def bind_bwd_data(args: RunArgs) -> Runner:
                     *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
             raise ValueError(f"blockdiag conv_bwd_data needs a contiguous {name} tensor")
-    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg["block_n"]))
-    bm = int(cfg["block_m"])
+    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
+    bm = int(cfg.block_m)
     md, mh, mw = (triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))
     n_pos = geo.N * md * mh * mw
     use_int64 = geo.needs_int64 or n_pos + bm >= INT32_LIMIT
@@ -215,7 +218,7 @@ def bind_bwd_data(args: RunArgs) -> Runner:
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
         OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
-        num_warps=int(cfg["num_warps"]),
+        num_warps=int(cfg.num_warps),
     )
     sizes = (geo.N, geo.G, *geo.in3, *geo.out3, *geo.filt3, *geo.stride3, *geo.dil3, *geo.pad3,
              md, mh, mw, *geo.x_strides, *geo.w_strides, *geo.y_strides)
@@ -344,8 +347,8 @@ def bind_bwd_weight(args: RunArgs) -> Runner:
     """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
     require_contiguous(args, "blockdiag")
-    block_p, num_warps, split = int(cfg["block_p"]), int(cfg["num_warps"]), int(cfg["split"])
-    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg["block_n"]))
+    block_p, num_warps, split = int(cfg.block_p), int(cfg.num_warps), int(cfg.split)
+    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
     taps = geo.taps
     nt = _taps_per_program(taps, bk, bn, num_warps)
     gblocks = triton.cdiv(geo.G, gpt)
@@ -380,28 +383,56 @@ def bind_bwd_weight(args: RunArgs) -> Runner:
 # ------------------------------------------------------------------------------------------------
 # configs and declines
 # ------------------------------------------------------------------------------------------------
-def _check_tile(cfg: dict, names: tuple[str, ...], pos_block: str) -> str | None:
-    reason = check_common(cfg, names, "blockdiag", (pos_block, "block_n"))
-    if reason:
+@dataclass(frozen=True)
+class _BlockdiagTile(DirectStyleConfig):
+    """The checks both blockdiag configs share: the direct-style ones, then both tile sides (the
+    position block, first in POW2_BLOCKS, and block_n) at least tl.dot's smallest."""
+
+    ALGORITHM: ClassVar[str] = "blockdiag"
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason:
+            return reason
+        pos_block = self.POW2_BLOCKS[0]
+        if getattr(self, pos_block) < _MIN_DOT or self.block_n < _MIN_DOT:
+            return f"{pos_block} and block_n must be at least {_MIN_DOT} (tl.dot's smallest tile)"
+        return None
+
+
+@dataclass(frozen=True)
+class BlockdiagDataConfig(_BlockdiagTile):
+    """blockdiag dgrad: block_m positions x block_n columns (whole groups side by side) per tile."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_m", "block_n")
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason is None and self.block_m * self.block_n > 128 * 32 * self.num_warps:
+            return (f"block_m*block_n={self.block_m * self.block_n} needs more than 128 fp32 "
+                    f"accumulators per thread with num_warps={self.num_warps}")
         return reason
-    if cfg[pos_block] < _MIN_DOT or cfg["block_n"] < _MIN_DOT:
-        return f"{pos_block} and block_n must be at least {_MIN_DOT} (tl.dot's smallest tile)"
-    return None
 
 
-def check_config_bwd_data(cfg: dict) -> str | None:
-    reason = _check_tile(cfg, _DATA_PARAMS, "block_m")
-    if reason is None and cfg["block_m"] * cfg["block_n"] > 128 * 32 * cfg["num_warps"]:
-        return (f"block_m*block_n={cfg['block_m'] * cfg['block_n']} needs more than 128 fp32 "
-                f"accumulators per thread with num_warps={cfg['num_warps']}")
-    return reason
+@dataclass(frozen=True)
+class BlockdiagWeightConfig(_BlockdiagTile):
+    """blockdiag wgrad: block_p reduction positions x block_n columns per tap, the reduction split
+    in ``split`` chunks (0: automatic, :func:`auto_split`)."""
+
+    block_p: int
+    block_n: int
+    num_warps: int
+    split: int
+
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_p", "block_n")
 
 
-def check_config_bwd_weight(cfg: dict) -> str | None:
-    return _check_tile(cfg, _WEIGHT_PARAMS, "block_p")
-
-
-def _decline_common(cfg: dict, p: ConvParams, dtype: DataType, allowed: tuple[str, ...], op: str) -> str | None:
+def _decline_common(cfg: _BlockdiagTile, p: ConvParams, dtype: DataType, allowed: tuple[str, ...],
+                    op: str) -> str | None:
     if dtype.name not in allowed:
         return f"blockdiag {op} takes the dtypes {', '.join(allowed)}, not {dtype.name}"
     if p.G == 1:
@@ -409,45 +440,41 @@ def _decline_common(cfg: dict, p: ConvParams, dtype: DataType, allowed: tuple[st
     if p.C > MAX_CHANNELS_PER_GROUP or p.K > MAX_CHANNELS_PER_GROUP:
         return (f"blockdiag serves C, K per group <= {MAX_CHANNELS_PER_GROUP}; this problem has "
                 f"C={p.C}, K={p.K} (igemm's tiles fit it)")
-    if p.C > cfg["block_n"]:
-        return f"C={p.C} per group is wider than block_n={cfg['block_n']}: one group must fit a tile"
-    gpt, _, _ = tile_groups(p.K, p.C, cfg["block_n"])
+    if p.C > cfg.block_n:
+        return f"C={p.C} per group is wider than block_n={cfg.block_n}: one group must fit a tile"
+    gpt, _, _ = tile_groups(p.K, p.C, cfg.block_n)
     if triton.cdiv(p.G, gpt) > MAX_GRID_YZ:
         return f"G={p.G} needs more than {MAX_GRID_YZ} group blocks of {gpt}"
     return None
 
 
-def decline_bwd_data(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+def decline_bwd_data(cfg: BlockdiagDataConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                      fused: FusedOp) -> str | None:
     phases = num_phases(p.input, p.stride)
     return _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data") or (
         f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}" if phases > MAX_GRID_YZ else None)
 
 
-def decline_bwd_weight(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+def decline_bwd_weight(cfg: BlockdiagWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                        fused: FusedOp) -> str | None:
-    _, bn, bk = tile_groups(p.K, p.C, cfg["block_n"])
+    _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
     taps = math.prod(p.filter)
-    nt = _taps_per_program(taps, bk, bn, cfg["num_warps"])
+    nt = _taps_per_program(taps, bk, bn, cfg.num_warps)
     return _decline_common(cfg, p, dtype, WEIGHT_DTYPES, "conv_bwd_weight") or (
         f"the filter has {taps} taps: more than {MAX_GRID_YZ} tap blocks of {nt}"
         if triton.cdiv(taps, nt) > MAX_GRID_YZ else None)
 
 
-_DATA_PARAMS = ("block_m", "block_n", "num_warps")
-_WEIGHT_PARAMS = ("block_p", "block_n", "num_warps", "split")
-
 ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
-    op="conv_bwd_data", name="blockdiag", param_names=_DATA_PARAMS,
-    check_config=check_config_bwd_data, decline=decline_bwd_data, bind=bind_bwd_data,
+    op="conv_bwd_data", name="blockdiag", config=BlockdiagDataConfig, decline=decline_bwd_data, bind=bind_bwd_data,
     description="grouped dgrad with few channels per group on tensor cores: several whole groups per "
                 "tile, block-diagonal weight tile, one stride phase per program, fused epilogue",
     kernels=(_bd_dgrad_kernel,),
 ))
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="blockdiag", param_names=_WEIGHT_PARAMS,
-    check_config=check_config_bwd_weight, decline=decline_bwd_weight, bind=bind_bwd_weight,
+    op="conv_bwd_weight", name="blockdiag", config=BlockdiagWeightConfig, decline=decline_bwd_weight,
+    bind=bind_bwd_weight,
     description="grouped wgrad with few channels per group on tensor cores: several whole groups per "
                 "tile, the program's taps folded into N, diagonal blocks kept, split reduction",
     kernels=(_bd_wgrad_kernel, _dw_finalize_kernel),

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "check_num_stages", "is_pow2", "pipeline_stages",
-           "sm_count"]
+from ..kernel_config import KernelConfig
+
+__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "GemmTileConfig", "check_num_stages", "is_pow2",
+           "pipeline_stages", "sm_count"]
 
 DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
 INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
@@ -41,6 +44,24 @@ def check_num_stages(ns: Any) -> str | None:
     if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
         return f"num_stages={ns!r} must be an int in 1..8"
     return None
+
+
+@dataclass(frozen=True)
+class GemmTileConfig(KernelConfig):
+    """The parameters both igemm families start with: a block_m x block_n output tile reduced over
+    block_k-wide chunks, tiles rasterized in groups of group_m, num_warps, and a software pipeline
+    num_stages deep (a subclass adds its own parameters after these)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+    def smem_bytes(self, elem_bytes: int) -> int:
+        """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
+        return max(1, int(self.num_stages)) * (self.block_m + self.block_n) * self.block_k * elem_bytes
 
 
 def pipeline_stages(bytes_per_stage: int, most: int = 3) -> int:
