@@ -96,14 +96,19 @@ def test_window_plan():
 
 def test_declines_and_configs():
     lt, dt, fused = layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    cfg = ALG.config.from_values(CFG)
+    assert isinstance(cfg, dsl.DwSlideConfig) and cfg.block_x == 0 and cfg.check() is None
     wide = P(2, 4, 2, 16, 16, (3, 3), (5, 5), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "C = 1, K <= 4" in ALG.decline(CFG, wide, lt, dt, fused)
-    assert "fp16_fp8" in ALG.decline(CFG, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
+    assert "C = 1, K <= 4" in ALG.decline(cfg, wide, lt, dt, fused)
+    assert "fp16_fp8" in ALG.decline(cfg, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
     big = P(2, 4, 2, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
-    assert "registers" in ALG.decline(dict(CFG, block_r=32, block_ch=64, num_warps=4), big, lt, dt, fused)
-    assert ALG.decline(dict(CFG, block_r=32, block_ch=32, num_warps=4), big, lt, dt, fused) is None
-    assert "block_x" in ALG.check_config(dict(CFG, block_x=9))
-    assert "unroll" in ALG.check_config(dict(CFG, unroll=-1))
-    assert "prefetch" in ALG.check_config(dict(CFG, prefetch=2))
-    assert "lacks" in ALG.check_config(dict(block_r=8))
+    assert "registers" in ALG.decline(cfg.replace(block_r=32, block_ch=64, num_warps=4), big, lt, dt, fused)
+    assert ALG.decline(cfg.replace(block_r=32, block_ch=32, num_warps=4), big, lt, dt, fused) is None
+    assert ALG.check_config(dict(CFG, block_x=9)) == "block_x=9 must be 0 (min(FX, 8)) or a tap count from 1 to 8"
+    assert ALG.check_config(dict(CFG, unroll=-1)) == "unroll=-1 must be 0 (the window's lifetime) or a factor from 1 to 16"
+    assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"
+    assert ALG.check_config(dict(CFG, block_r=3)) == "block_r=3 must be a power of two from 1 to 1024"
+    assert ALG.check_config(dict(block_r=8)) == (
+        "config lacks block_ch, block_x, unroll, prefetch, num_warps, split "
+        "(dwslide takes block_r, block_ch, block_x, unroll, prefetch, num_warps, split)")
     assert dsl.auto_split(1000, 4, 8, 132) == 125 and dsl.auto_split(10**6, 4, 32, 132) == 264

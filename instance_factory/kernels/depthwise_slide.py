@@ -23,6 +23,9 @@ otherwise fp32 partials [chunk, taps, G*K] go through ``direct``'s deterministic
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import triton
 import triton.language as tl
 
@@ -35,8 +38,8 @@ from ..problem import ConvParams
 from .common import (
     MAX_GRID_YZ,
     WEIGHT_DTYPES,
+    DirectStyleConfig,
     _dw_finalize_kernel,
-    check_common,
     finalize_launcher,
     require_contiguous,
     split_chunks,
@@ -45,9 +48,8 @@ from .common import (
 from .depthwise_stream import MAX_CHANNELS_PER_GROUP, vector_width
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "MAX_WINDOW", "auto_split", "bind", "check_config", "decline", "window_plan"]
+__all__ = ["ALGORITHM", "MAX_WINDOW", "DwSlideConfig", "auto_split", "bind", "decline", "window_plan"]
 
-_PARAMS = ("block_r", "block_ch", "block_x", "unroll", "prefetch", "num_warps", "split")
 MAX_WINDOW = 8  # register slots of the sliding window (taps along x per program)
 _MAX_REGS_PER_THREAD = 128  # fp32 accumulators + window values per thread: no spills
 
@@ -270,6 +272,39 @@ def _dwslide_kernel(
                FINAL, OP, NUM_DS, USER_FN)
 
 
+@dataclass(frozen=True)
+class DwSlideConfig(DirectStyleConfig):
+    """dwslide: block_r output rows in flight x block_ch result channels per program, a window of
+    block_x taps (0: min(FX, 8)), the column loop unrolled ``unroll`` times (0: the window's
+    lifetime), the next window loaded one column early when ``prefetch`` is 1, the rows split in
+    ``split`` chunks (0: automatic, :func:`auto_split`)."""
+
+    block_r: int
+    block_ch: int
+    block_x: int
+    unroll: int
+    prefetch: int
+    num_warps: int
+    split: int
+
+    ALGORITHM: ClassVar[str] = "dwslide"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_r", "block_ch")
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason:
+            return reason
+        bx = self.block_x
+        if not isinstance(bx, int) or isinstance(bx, bool) or not 0 <= bx <= MAX_WINDOW:
+            return f"block_x={bx!r} must be 0 (min(FX, {MAX_WINDOW})) or a tap count from 1 to {MAX_WINDOW}"
+        un = self.unroll
+        if not isinstance(un, int) or isinstance(un, bool) or not 0 <= un <= 16:
+            return f"unroll={un!r} must be 0 (the window's lifetime) or a factor from 1 to 16"
+        if self.prefetch not in (0, 1):
+            return f"prefetch={self.prefetch!r} must be 0 or 1"
+        return None
+
+
 def window_plan(fx: int, stride_w: int, dil_w: int, block_x: int, unroll: int) -> tuple[int, int, int]:
     """(taps per window, slots reused per column step, unroll factor of the column loop).
 
@@ -295,10 +330,10 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
     require_contiguous(args, "dwslide")
-    block_r, block_ch = int(cfg["block_r"]), int(cfg["block_ch"])
-    num_warps, split = int(cfg["num_warps"]), int(cfg["split"])
+    block_r, block_ch = int(cfg.block_r), int(cfg.block_ch)
+    num_warps, split = int(cfg.num_warps), int(cfg.split)
     fz, fy, fx = geo.filt3
-    txb, shift, unroll = window_plan(fx, geo.stride3[2], geo.dil3[2], int(cfg["block_x"]), int(cfg["unroll"]))
+    txb, shift, unroll = window_plan(fx, geo.stride3[2], geo.dil3[2], int(cfg.block_x), int(cfg.unroll))
     xblocks = triton.cdiv(fx, txb)
     gkc = geo.G * geo.K * geo.C
     xs, ys = geo.x_strides, geo.y_strides
@@ -318,7 +353,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     final = split == 1
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     main = BoundKernel(_dwslide_kernel, (base, split),
-                       K=geo.K, C=geo.C, VEC=vec, TXB=txb, SHIFT=shift, UNROLL=unroll, PREFETCH=bool(cfg["prefetch"]),
+                       K=geo.K, C=geo.C, VEC=vec, TXB=txb, SHIFT=shift, UNROLL=unroll, PREFETCH=bool(cfg.prefetch),
                        BLOCK_R=block_r, BLOCK_CH=block_ch, FINAL=final, USE_INT64=use_int64,
                        num_warps=num_warps, **epi)
     sizes = (gkc // vec, rows, chunk, fz * fy, xblocks, *geo.out3, *geo.in3, fy, fx, taps,
@@ -328,41 +363,25 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     return split_runner(main, finalize, sizes, fin_sizes, split * total)
 
 
-def check_config(cfg: dict) -> str | None:
-    reason = check_common(cfg, _PARAMS, "dwslide", ("block_r", "block_ch"))
-    if reason:
-        return reason
-    bx = cfg["block_x"]
-    if not isinstance(bx, int) or isinstance(bx, bool) or not 0 <= bx <= MAX_WINDOW:
-        return f"block_x={bx!r} must be 0 (min(FX, {MAX_WINDOW})) or a tap count from 1 to {MAX_WINDOW}"
-    un = cfg["unroll"]
-    if not isinstance(un, int) or isinstance(un, bool) or not 0 <= un <= 16:
-        return f"unroll={un!r} must be 0 (the window's lifetime) or a factor from 1 to 16"
-    if cfg["prefetch"] not in (0, 1):
-        return f"prefetch={cfg['prefetch']!r} must be 0 or 1"
-    return None
-
-
-def decline(cfg: dict, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
+def decline(cfg: DwSlideConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
     if dtype.name not in WEIGHT_DTYPES:
         return f"dwslide conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
     if p.C != 1 or p.K > MAX_CHANNELS_PER_GROUP:
         return (f"dwslide serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this problem "
                 f"has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
     fx = p.filter[-1]
-    txb, shift, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg["block_x"], cfg["unroll"])
-    per_thread = cfg["block_r"] * cfg["block_ch"] / (32 * cfg["num_warps"])
-    ahead = (shift or txb) if cfg["prefetch"] else 0  # the next window's new slots
+    txb, shift, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg.block_x, cfg.unroll)
+    per_thread = cfg.block_r * cfg.block_ch / (32 * cfg.num_warps)
+    ahead = (shift or txb) if cfg.prefetch else 0  # the next window's new slots
     regs = (2 * txb + 1 + ahead) * per_thread
     if regs > _MAX_REGS_PER_THREAD:
-        return (f"a window of {txb} taps x block_r={cfg['block_r']} x block_ch={cfg['block_ch']} needs {regs:g} "
-                f"fp32 registers per thread with num_warps={cfg['num_warps']} (more than {_MAX_REGS_PER_THREAD})")
+        return (f"a window of {txb} taps x block_r={cfg.block_r} x block_ch={cfg.block_ch} needs {regs:g} "
+                f"fp32 registers per thread with num_warps={cfg.num_warps} (more than {_MAX_REGS_PER_THREAD})")
     return None
 
 
 ALGORITHM = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="dwslide", param_names=_PARAMS,
-    check_config=check_config, decline=decline, bind=bind,
+    op="conv_bwd_weight", name="dwslide", config=DwSlideConfig, decline=decline, bind=bind,
     description="depthwise wgrad with a sliding register window along the row: one filter row and up to 8 taps "
                 "per program, one output row per thread, each x value loaded and converted once per filter row",
     kernels=(_dwslide_kernel, _dw_finalize_kernel),
