@@ -37,7 +37,6 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import (
     MAX_GRID_YZ,
-    WEIGHT_DTYPES,
     DirectStyleConfig,
     _dw_finalize_kernel,
     finalize_launcher,
@@ -45,7 +44,7 @@ from .common import (
     split_chunks,
     split_runner,
 )
-from .depthwise_stream import MAX_CHANNELS_PER_GROUP, vector_width
+from .depthwise_stream import depthwise_decline, strides_by_vec
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "MAX_WINDOW", "DwSlideConfig", "auto_split", "bind", "decline", "window_plan"]
@@ -336,11 +335,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     txb, shift, unroll = window_plan(fx, geo.stride3[2], geo.dil3[2], int(cfg.block_x), int(cfg.unroll))
     xblocks = triton.cdiv(fx, txb)
     gkc = geo.G * geo.K * geo.C
-    xs, ys = geo.x_strides, geo.y_strides
-    spatial = (1, 3, 4, 5)  # the n, d, h, w strides of x and dy travel divided by VEC
-    vec = vector_width(tuple(xs[i] for i in spatial) + tuple(ys[i] for i in spatial), gkc)
-    xs_v = tuple(s // vec if i in spatial else s for i, s in enumerate(xs))
-    ys_v = tuple(s // vec if i in spatial else s for i, s in enumerate(ys))
+    vec, xs_v, ys_v = strides_by_vec(geo.x_strides, geo.y_strides, gkc)
     Do, Ho, Wo = geo.out3
     rows = geo.N * Do * Ho
     base = fz * fy * xblocks * triton.cdiv(gkc, block_ch)
@@ -364,11 +359,9 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 
 def decline(cfg: DwSlideConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
-    if dtype.name not in WEIGHT_DTYPES:
-        return f"dwslide conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
-    if p.C != 1 or p.K > MAX_CHANNELS_PER_GROUP:
-        return (f"dwslide serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this problem "
-                f"has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
+    reason = depthwise_decline("dwslide", p, dtype)
+    if reason:
+        return reason
     fx = p.filter[-1]
     txb, shift, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg.block_x, cfg.unroll)
     per_thread = cfg.block_r * cfg.block_ch / (32 * cfg.num_warps)

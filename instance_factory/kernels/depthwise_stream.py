@@ -53,7 +53,8 @@ from .common import (
 )
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "MAX_CHANNELS_PER_GROUP", "DwStreamConfig", "auto_split", "bind", "decline", "vector_width"]
+__all__ = ["ALGORITHM", "MAX_CHANNELS_PER_GROUP", "DwStreamConfig", "auto_split", "bind", "decline",
+           "depthwise_decline", "strides_by_vec", "vector_width"]
 
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators per thread (as many again for the x tile): no spills
 MAX_CHANNELS_PER_GROUP = 4  # K per group (depth multiplier); C must be 1. Measured on an H100: C = K = 4-8
@@ -223,6 +224,26 @@ def vector_width(strides: tuple[int, ...], channels: int) -> int:
     return vec
 
 
+def strides_by_vec(xs: tuple[int, ...], ys: tuple[int, ...], channels: int) -> tuple[int, tuple, tuple]:
+    """(VEC, x strides, dy strides) with the n, d, h, w strides (indices 1, 3, 4, 5) divided by VEC,
+    the largest vector width dividing them all and the channel count (the kernels multiply back by
+    the constexpr VEC, which proves the 16-byte alignment of every channel run)."""
+    spatial = (1, 3, 4, 5)
+    vec = vector_width(tuple(xs[i] for i in spatial) + tuple(ys[i] for i in spatial), channels)
+    return (vec, tuple(s // vec if i in spatial else s for i, s in enumerate(xs)),
+            tuple(s // vec if i in spatial else s for i, s in enumerate(ys)))
+
+
+def depthwise_decline(algorithm: str, p: ConvParams, dtype: DataType) -> str | None:
+    """The dtype and group-shape declines of the depthwise-only wgrad algorithms (dwstream, dwslide)."""
+    if dtype.name not in WEIGHT_DTYPES:
+        return f"{algorithm} conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
+    if p.C != 1 or p.K > MAX_CHANNELS_PER_GROUP:
+        return (f"{algorithm} serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this "
+                f"problem has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
+    return None
+
+
 def _taps_per_program(taps: int, block_t: int) -> int:
     """block_t 0 means all taps in one program (padded to a power of two)."""
     return triton.next_power_of_2(taps) if block_t == 0 else min(block_t, triton.next_power_of_2(taps))
@@ -243,12 +264,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     taps = geo.taps
     block_t = _taps_per_program(taps, int(cfg.block_t))
     gkc = geo.G * geo.K * geo.C
-    xs, ys = geo.x_strides, geo.y_strides
-    # the n, d, h, w strides (indices 1, 3, 4, 5) of x and dy travel divided by VEC
-    spatial = (1, 3, 4, 5)
-    vec = vector_width(tuple(xs[i] for i in spatial) + tuple(ys[i] for i in spatial), gkc)
-    xs_v = tuple(s // vec if i in spatial else s for i, s in enumerate(xs))
-    ys_v = tuple(s // vec if i in spatial else s for i, s in enumerate(ys))
+    vec, xs_v, ys_v = strides_by_vec(geo.x_strides, geo.y_strides, gkc)
     Do, Ho, Wo = geo.out3
     wt = triton.cdiv(Wo, block_w)
     rows = geo.N * Do * Ho
@@ -273,11 +289,9 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 
 def decline(cfg: DwStreamConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
-    if dtype.name not in WEIGHT_DTYPES:
-        return f"dwstream conv_bwd_weight takes the dtypes {', '.join(WEIGHT_DTYPES)}, not {dtype.name}"
-    if p.C != 1 or p.K > MAX_CHANNELS_PER_GROUP:
-        return (f"dwstream serves depthwise groups (C = 1, K <= {MAX_CHANNELS_PER_GROUP} per group); this problem "
-                f"has C={p.C}, K={p.K}: blockdiag / direct / igemm fit it")
+    reason = depthwise_decline("dwstream", p, dtype)
+    if reason:
+        return reason
     taps = math.prod(p.filter)
     bt = _taps_per_program(taps, cfg.block_t)
     per_thread = bt * cfg.block_w * cfg.block_ch / (32 * cfg.num_warps)
