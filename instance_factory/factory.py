@@ -181,6 +181,7 @@ def load_kernel_modules() -> None:
         depthwise_wgrad,
         direct_grouped,
         grouped_blockdiag,
+        grouped_rows,
     )
 
 

@@ -4,7 +4,8 @@
 #   bash tools/gpu_session.sh STEP[:SECONDS] ...
 #
 # Steps (see docs/BENCHMARKS.md, "Waiting for a GPU"): env, pytest_new, pytest_gpu, ck_blockdiag,
-# tune_gd, bench_gd, untuned, train, dask, ship; pytest_dws, ck_dws, probe, ncu, tune_dws (issue 11, sessions 6-7; DW_ALGS picks the families). Everything a step writes goes to $RES, packed into
+# tune_gd, bench_gd, untuned, train, dask, ship; pytest_dws, ck_dws, probe, ncu, tune_dws (issue 11, sessions 6-7; DW_ALGS picks the families); pytest_bdrow, ck_bdrow, tune_grouped
+# (session 8: grouped few-channel wgrad; needs .devout/grouped_only.yaml and gd.csv carried). Everything a step writes goes to $RES, packed into
 # $OUT/results.tgz at the end (the device returns at most 8 files); the whole log is $OUT/session.log.
 set -uo pipefail
 OUT=${OUT:-gpu_out}
@@ -45,6 +46,13 @@ run_step() {
     tune_dws) [[ -f .devout/gd.csv && ! -f "$RES/gd.csv" ]] && cp .devout/gd.csv "$RES/gd.csv"
          step tune_dws "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16}" \
          --pass weight --instances "${DW_ALGS:-dwslide,dwstream}" --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;
+    pytest_bdrow) step pytest_bdrow "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_grouped_rows.py ;;
+    ck_bdrow) step ck_bdrow "$secs" python3 tools/gpu_check.py --ck --algorithms bdrow --out "$RES" --tag bdrow \
+         --budget-s $((secs - 30)) ;;
+    tune_grouped) [[ -f .devout/gd.csv && ! -f "$RES/gd.csv" ]] && cp .devout/gd.csv "$RES/gd.csv"
+         step tune_grouped "$secs" python3 -m instance_factory tune .devout/grouped_only.yaml --db "$RES/gd.csv" \
+         --dtype "${GD_DTYPES:-bf16}" --pass "${GD_PASS:-weight}" --instances "${GR_ALGS:-bdrow,blockdiag}" \
+         --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;
     ck_all) step ck_all "$secs" python3 tools/gpu_check.py --ck --ck-one-dtype --out "$RES" --tag all \
          --budget-s $((secs - 30)) ;;
     tune_gd) step tune_gd "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16,fp16}" \

@@ -434,11 +434,11 @@ class BlockdiagWeightConfig(_BlockdiagTile):
 def _decline_common(cfg: _BlockdiagTile, p: ConvParams, dtype: DataType, allowed: tuple[str, ...],
                     op: str) -> str | None:
     if dtype.name not in allowed:
-        return f"blockdiag {op} takes the dtypes {', '.join(allowed)}, not {dtype.name}"
+        return f"{cfg.ALGORITHM} {op} takes the dtypes {', '.join(allowed)}, not {dtype.name}"
     if p.G == 1:
-        return "blockdiag is for grouped convolutions (G > 1); a dense one is igemm's"
+        return f"{cfg.ALGORITHM} is for grouped convolutions (G > 1); a dense one is igemm's"
     if p.C > MAX_CHANNELS_PER_GROUP or p.K > MAX_CHANNELS_PER_GROUP:
-        return (f"blockdiag serves C, K per group <= {MAX_CHANNELS_PER_GROUP}; this problem has "
+        return (f"{cfg.ALGORITHM} serves C, K per group <= {MAX_CHANNELS_PER_GROUP}; this problem has "
                 f"C={p.C}, K={p.K} (igemm's tiles fit it)")
     if p.C > cfg.block_n:
         return f"C={p.C} per group is wider than block_n={cfg.block_n}: one group must fit a tile"

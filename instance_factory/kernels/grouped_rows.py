@@ -1,0 +1,236 @@
+"""Grouped wgrad with few channels per group on tensor cores, walking output rows ("bdrow").
+
+The same block-diagonal tiles as ``blockdiag`` (GPT whole groups per program, the program's taps
+side by side in the GEMM's N axis, only the diagonal blocks kept), with a different walk of the
+reduction. ``blockdiag`` steps through the flattened (n, od, oh, ow) positions and decomposes
+every position of every tile with runtime divisions: on an H100 its loop spent ~500 instructions
+per thread per step on index math around two wgmma (SASS of G32 C8 56x56: 164 IMAD, 112 ISETP,
+16 IABS + MUFU per step) and ran at a quarter of cuDNN's speed.
+
+Here a step is a block of BLOCK_W positions of one output row (n, od, oh): the row's coordinates
+are scalars carried from step to step (a block counter that wraps into oh, od, n), so a tile's
+positions cost one add each, and a tap's rows (z, y) are in range or not for the whole tile
+(a column mask). Per step:
+
+    dw[(g, k), (tap, g, c)] += dy[row, ow0:ow0+BW, (g, k)]^T @ x[row*s + tap, ow0*s:..., (g, c)]
+
+The reduction (N*Do*Ho rows times ceil(Wo / BLOCK_W) blocks) is split in chunks of steps with fp32
+partials and the deterministic reduce the direct-style kernels share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
+from ..epilogue import apply_epilogue, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from .common import (
+    MAX_SPLIT,
+    _dw_finalize_kernel,
+    _tap_of,
+    finalize_launcher,
+    require_contiguous,
+    split_chunks,
+    split_runner,
+)
+from .grouped_blockdiag import (
+    _BlockdiagTile,
+    _channels_ok,
+    _packed,
+    _precision,
+    _taps_per_program,
+    decline_bwd_weight,
+    tile_groups,
+)
+from .host import INT32_LIMIT, pipeline_stages, sm_count
+
+__all__ = ["ALGORITHM_BWD_WEIGHT", "BdrowWeightConfig", "row_split"]
+
+
+@triton.jit
+def _bdrow_wgrad_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    G, STEPS, chunk,  # groups, reduction steps N*Do*Ho*WB, steps per split chunk
+    WB, Do, Ho, Wo, Di, Hi, Wi,  # WB: position blocks per output row
+    FY, FX, TAPS,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NT: tl.constexpr, NTP: tl.constexpr,  # taps per program and its power of two
+    PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
+    FINAL: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_g = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    g0 = pid_g * GPT
+    t0 = pid_t * NT
+
+    # ---- rows: (g, k) of the GPT groups -----------------------------------------------------
+    jk = tl.arange(0, BLOCK_K)
+    gl_k = jk // K
+    k_ok = _channels_ok(jk, g0, G, K, GPT)
+    if PACKED_Y:
+        y_row = g0 * K + jk
+    else:
+        y_row = (g0 + gl_k) * ys_g + (jk % K) * ys_k
+
+    # ---- columns: (tap, g, c), the program's taps side by side --------------------------------
+    jb = tl.arange(0, NTP * BLOCK_N)
+    tap_l = jb // BLOCK_N
+    jn = jb % BLOCK_N
+    gl_n = jn // C
+    t = t0 + tap_l
+    ch_ok = _channels_ok(jn, g0, G, C, GPT) & (tap_l < NT) & (t < TAPS)
+    tz, ty, tx = _tap_of(t, FY, FX)
+    tz_in = tz * dil_d  # the taps' input offsets from a position's tap-0 input position
+    ty_in = ty * dil_h
+    tx_in = tx * dil_w
+    if PACKED_X:
+        x_ch = g0 * C + jn
+    else:
+        x_ch = (g0 + gl_n) * xs_g + (jn % C) * xs_c
+    x_col = tz_in * xs_d + ty_in * xs_h + tx_in * xs_w + x_ch
+    if USE_INT64:
+        y_row = y_row.to(tl.int64)
+        x_col = x_col.to(tl.int64)
+
+    # ---- this program's steps [s_start, s_end); the row coordinates of its first step --------
+    sid = pid_s
+    if USE_INT64:
+        sid = sid.to(tl.int64)
+    s_start = sid * chunk
+    s_end = tl.minimum(s_start + chunk, STEPS)
+    wb = s_start % WB
+    r = s_start // WB
+    oh = r % Ho
+    r = r // Ho
+    od = r % Do
+    n = r // Do
+    wl = tl.arange(0, BLOCK_W)
+
+    acc = tl.zeros((BLOCK_K, NTP * BLOCK_N), dtype=tl.float32)
+    for _ in range(s_start, s_end):
+        ow = wb * BLOCK_W + wl
+        pm = ow < Wo
+        y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+        a = tl.load(dy_ptr + (y_row[:, None] + y_pos[None, :]), mask=k_ok[:, None] & pm[None, :], other=0.0)
+        b_d = od * s_d - pad_d  # the row's input position of tap 0 (scalars), and the positions'
+        b_h = oh * s_h - pad_h
+        b_w = ow * s_w - pad_w
+        i_d = b_d + tz_in
+        i_h = b_h + ty_in
+        col_ok = ch_ok & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi)
+        i_w = b_w[:, None] + tx_in[None, :]
+        b_mask = (pm[:, None] & col_ok[None, :]) & ((i_w >= 0) & (i_w < Wi))
+        x_row = n * xs_n + b_d * xs_d + b_h * xs_h
+        b = tl.load(x_ptr + x_row + ((b_w * xs_w)[:, None] + x_col[None, :]), mask=b_mask, other=0.0)
+        if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        # next step: the block counter wraps into oh, oh into od, od into n
+        wb += 1
+        wrap = (wb == WB).to(tl.int32)
+        wb -= wrap * WB
+        oh += wrap
+        wrap = (oh == Ho).to(tl.int32)
+        oh -= wrap * Ho
+        od += wrap
+        wrap = (od == Do).to(tl.int32)
+        od -= wrap * Do
+        n += wrap
+
+    # ---- keep the diagonal blocks: row group == column group ----------------------------------
+    keep = k_ok[:, None] & ch_ok[None, :] & (gl_k[:, None] == gl_n[None, :])
+    g = g0 + gl_k
+    k = jk % K
+    c = jn % C
+    if FINAL:
+        offs = (g * ws_g + k * ws_k)[:, None] + (c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x)[None, :]
+        acc = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                             OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=keep)
+    else:  # fp32 partials [split, taps, G*K*C], the layout of the shared reduce
+        GKC = G * (K * C)
+        offs = (sid * (TAPS * GKC) + g * (K * C) + k * C)[:, None] + (t * GKC + c)[None, :]
+        tl.store(ws_ptr + offs, acc, mask=keep)
+
+
+def row_split(steps: int, base_programs: int, sms: int) -> int:
+    """Reduction chunks: ~8 programs per SM, each chunk at least 8 steps long."""
+    want = triton.cdiv(8 * sms, base_programs)
+    return int(max(1, min(want, steps // 8, MAX_SPLIT)))
+
+
+def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
+    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once
+    (``force_int64``: 64-bit offsets even where 32 bits hold them, for tests)."""
+    geo, cfg = args.geo, args.cfg
+    require_contiguous(args, "bdrow")
+    block_w, num_warps, split = int(cfg.block_w), int(cfg.num_warps), int(cfg.split)
+    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
+    taps = geo.taps
+    nt = _taps_per_program(taps, bk, bn, num_warps)
+    gblocks = triton.cdiv(geo.G, gpt)
+    do, ho, wo = geo.out3
+    wb = triton.cdiv(wo, block_w)
+    steps = geo.N * do * ho * wb
+    if split <= 0:
+        split = row_split(steps, gblocks * triton.cdiv(taps, nt), sm_count(args.out.device))
+    split, chunk = split_chunks(split, steps)
+    gkc = geo.G * geo.K * geo.C
+    total = taps * gkc
+    use_int64 = force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT or steps + chunk >= INT32_LIMIT
+    final = split == 1
+    upcast, precision = _precision(args)
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    ntp = triton.next_power_of_2(nt)
+    stages = pipeline_stages((bk + ntp * bn) * block_w * args.a.element_size())
+    main = BoundKernel(
+        _bdrow_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
+        K=geo.K, C=geo.C, GPT=gpt, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
+        NT=nt, NTP=ntp,
+        PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
+        FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
+        num_warps=num_warps, num_stages=stages, **epi,
+    )
+    sizes = (geo.G, steps, chunk, wb, do, ho, wo, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
+             *geo.stride3, *geo.dil3, *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides)
+    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
+    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
+
+
+@dataclass(frozen=True)
+class BdrowWeightConfig(_BlockdiagTile):
+    """bdrow wgrad: block_w positions of one output row x block_n columns per tap, the reduction
+    split in ``split`` chunks of steps (0: automatic, :func:`row_split`)."""
+
+    ALGORITHM: ClassVar[str] = "bdrow"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_n")
+
+    block_w: int
+    block_n: int
+    num_warps: int
+    split: int
+
+
+ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
+    op="conv_bwd_weight", name="bdrow", config=BdrowWeightConfig, decline=decline_bwd_weight,
+    bind=bind_bwd_weight,
+    description="grouped wgrad with few channels per group on tensor cores: blockdiag's tiles, the "
+                "reduction walked by output-row blocks (scalar row coordinates, no per-position "
+                "divisions), split reduction",
+    kernels=(_bdrow_wgrad_kernel, _dw_finalize_kernel),
+))
