@@ -43,6 +43,7 @@ run_step() {
          --out "$RES" --tag dw --budget-s $((secs - 30)) ;;
     probe) step probe "$secs" python3 tools/wgrad_probe.py --out "$RES" ;;
     ncu) step ncu "$secs" bash tools/ncu_wgrad.sh "$RES" ;;
+    ncu_one) step ncu_one "$secs" bash tools/ncu_one.sh "$RES" "$NCU_PROB" "$NCU_VAR" "$NCU_KRE" ;;
     tune_dws) [[ -f .devout/gd.csv && ! -f "$RES/gd.csv" ]] && cp .devout/gd.csv "$RES/gd.csv"
          step tune_dws "$secs" python3 -m instance_factory tune grouped_depthwise --db "$RES/gd.csv" --dtype "${GD_DTYPES:-bf16}" \
          --pass weight --instances "${DW_ALGS:-dwslide,dwstream}" --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;

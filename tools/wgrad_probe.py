@@ -40,6 +40,7 @@ PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's wors
     "mnv3_g72_5x5_s2": ConvParams(2, 72, 64, 1, 1, (5, 5), (56, 56), (2, 2), (1, 1), (2, 2), (2, 2)),
     "regnet_g28_c8": ConvParams(2, 28, 64, 8, 8, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1)),
     "resnext_g64_c4_56": ConvParams(2, 64, 64, 4, 4, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "resnext_g32_c8_56": ConvParams(2, 32, 64, 8, 8, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
 }
 
 # (family, config): dwstream around the YAML grid and past it; the session-5 winners for reference
