@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 DEV = "cpu" if interpreting() else "cuda"
 OP = "conv_bwd_weight"
 ALG = ALGORITHMS[(OP, "bdrow")]
-SMALL = dict(block_w=16, block_n=16, num_warps=4, split=0)
+SMALL = dict(block_w=16, block_n=16, num_warps=4, num_stages=2, split=0)
 
 
 def shape(ndim: int, G: int, K: int, C: int, N: int = 2) -> ConvParams:
@@ -71,8 +71,9 @@ def test_config_checks_and_split():
     assert isinstance(cfg, BdrowWeightConfig) and cfg.check() is None
     assert cfg.replace(block_w=8).check() == "block_w and block_n must be at least 16 (tl.dot's smallest tile)"
     assert cfg.replace(block_w=48).check() == "block_w=48 must be a power of two from 1 to 1024"
-    assert ALG.check_config(dict(block_w=16)) == (
-        "config lacks block_n, num_warps, split (bdrow takes block_w, block_n, num_warps, split)")
+    assert cfg.replace(num_stages=5).check() == "num_stages=5 is not one of (1, 2, 3, 4)"
+    assert ALG.check_config(dict(block_w=16)) == ("config lacks block_n, num_warps, num_stages, split "
+                                                  "(bdrow takes block_w, block_n, num_warps, num_stages, split)")
     assert row_split(steps=10_000, base_programs=16, sms=132) == 66  # ~8 programs per SM
     assert row_split(steps=40, base_programs=16, sms=132) == 5  # chunks of at least 8 steps
 

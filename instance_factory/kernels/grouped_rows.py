@@ -118,23 +118,27 @@ def _bdrow_wgrad_kernel(
     od = r % Do
     n = r // Do
     wl = tl.arange(0, BLOCK_W)
+    # loop-invariant tile offsets; a step adds scalars (its row and first column) to them
+    y_tile = y_row[:, None] + (wl * ys_w)[None, :]
+    x_tile = (wl * (s_w * xs_w))[:, None] + x_col[None, :]
+    iw_tile = (wl * s_w)[:, None] + tx_in[None, :]  # input column minus the step's first one
 
     acc = tl.zeros((BLOCK_K, NTP * BLOCK_N), dtype=tl.float32)
     for _ in range(s_start, s_end):
-        ow = wb * BLOCK_W + wl
-        pm = ow < Wo
-        y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-        a = tl.load(dy_ptr + (y_row[:, None] + y_pos[None, :]), mask=k_ok[:, None] & pm[None, :], other=0.0)
-        b_d = od * s_d - pad_d  # the row's input position of tap 0 (scalars), and the positions'
+        w0 = wb * BLOCK_W
+        pm = wl < Wo - w0
+        a = tl.load(dy_ptr + (n * ys_n + od * ys_d + oh * ys_h + w0 * ys_w) + y_tile,
+                    mask=k_ok[:, None] & pm[None, :], other=0.0)
+        b_d = od * s_d - pad_d  # the step's input position of tap 0 (scalars)
         b_h = oh * s_h - pad_h
-        b_w = ow * s_w - pad_w
+        b_w = w0 * s_w - pad_w
         i_d = b_d + tz_in
         i_h = b_h + ty_in
         col_ok = ch_ok & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi)
-        i_w = b_w[:, None] + tx_in[None, :]
-        b_mask = (pm[:, None] & col_ok[None, :]) & ((i_w >= 0) & (i_w < Wi))
-        x_row = n * xs_n + b_d * xs_d + b_h * xs_h
-        b = tl.load(x_ptr + x_row + ((b_w * xs_w)[:, None] + x_col[None, :]), mask=b_mask, other=0.0)
+        b_mask = (pm[:, None] & col_ok[None, :]) & ((iw_tile >= -b_w) & (iw_tile < Wi - b_w))
+        # through L1 (cp.async.ca): the taps of a row and the next rows' taps read the same lines
+        b = tl.load(x_ptr + (n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w) + x_tile, mask=b_mask, other=0.0,
+                    cache_modifier=".ca")
         if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -196,7 +200,7 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     upcast, precision = _precision(args)
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     ntp = triton.next_power_of_2(nt)
-    stages = pipeline_stages((bk + ntp * bn) * block_w * args.a.element_size())
+    stages = pipeline_stages((bk + ntp * bn) * block_w * args.a.element_size(), most=int(cfg.num_stages))
     main = BoundKernel(
         _bdrow_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
         K=geo.K, C=geo.C, GPT=gpt, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
@@ -214,8 +218,10 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
 
 @dataclass(frozen=True)
 class BdrowWeightConfig(_BlockdiagTile):
-    """bdrow wgrad: block_w positions of one output row x block_n columns per tap, the reduction
-    split in ``split`` chunks of steps (0: automatic, :func:`row_split`)."""
+    """bdrow wgrad: block_w positions of one output row x block_n columns per tap, a software
+    pipeline of at most ``num_stages`` steps (fewer where shared memory runs out; shared memory not
+    taken stays L1, which serves the taps' overlapping input rows), the reduction split in ``split``
+    chunks of steps (0: automatic, :func:`row_split`)."""
 
     ALGORITHM: ClassVar[str] = "bdrow"
     POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_n")
@@ -223,7 +229,14 @@ class BdrowWeightConfig(_BlockdiagTile):
     block_w: int
     block_n: int
     num_warps: int
+    num_stages: int
     split: int
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason is None and self.num_stages not in (1, 2, 3, 4):
+            return f"num_stages={self.num_stages!r} is not one of (1, 2, 3, 4)"
+        return reason
 
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
