@@ -289,6 +289,27 @@ def test_bigger_tiles():
     _check("splitk_reduce", p, "nhwgc", "fp16", cfg=cfg)
 
 
+def test_walk_step_digits():
+    """block_k split into (w, h, d, n) increments of the reduction's mixed radix."""
+    assert bw._walk_step(64, (1, 14, 14), False) == (8, 4, 0, 0)  # 4 rows and 8 columns
+    assert bw._walk_step(64, (1, 5, 5), False) == (4, 2, 0, 2)  # 2 whole images, 2 rows, 4 columns
+    assert bw._walk_step(32, (2, 3, 4), False) == (0, 2, 0, 1)
+    assert bw._walk_step(16, (1, 2, 5), True) == (6, 0, 0, 1)  # (n, p): p of radix 10
+
+
+# block_k 32 over outputs far smaller than a block (several images per step) and over rows longer
+# than one: every digit of the incremental walk carries, in 2D and 3D, with splits starting mid-image
+@pytest.mark.parametrize("p,cfg", [
+    (_p(2, N=9, K=4, C=3, f=(2, 2), i=(4, 3), s=(1, 2), lp=(1, 0), rp=(0, 1)), dict(block_k=32, split_k=3)),
+    (_p(3, N=4, K=3, C=4, f=(2, 1, 2), i=(3, 2, 5), s=(2, 1, 2), lp=(1, 0, 1)), dict(block_k=32, split_k=2)),
+    (_p(1, N=3, K=4, C=4, f=(3,), i=(40,), lp=(1,), rp=(1,)), dict(block_k=16, split_k=5)),
+    (_p(2, N=5, K=4, C=6, f=(1, 1), i=(3, 3)), dict(block_k=16, split_k=3, spec="1x1s1p0")),
+], ids=["2d-images-per-step", "3d-planes", "1d-long-rows", "1x1-unflattened"])
+def test_incremental_walk(p, cfg):
+    _check("splitk_reduce", p, "nhwgc", "fp32", cfg=_cfg("splitk_reduce", **cfg))
+    _check("splitk_reduce", p, "ngchw", "fp32", cfg=_cfg("splitk_reduce", **cfg))  # 1x1: (n, p) walk
+
+
 def test_int64_offsets_path(monkeypatch):
     monkeypatch.setattr(bw, "_FORCE_INT64", True)
     p = _p(2, G=2, N=2, K=3, C=4, f=(2, 3), i=(5, 4), s=(2, 1), lp=(1, 1), rp=(0, 1))

@@ -41,6 +41,16 @@ PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's wors
     "regnet_g28_c8": ConvParams(2, 28, 64, 8, 8, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1)),
     "resnext_g64_c4_56": ConvParams(2, 64, 64, 4, 4, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
     "resnext_g32_c8_56": ConvParams(2, 32, 64, 8, 8, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
+    # dense (issue 12): ResNet-50 3x3 stages, a strided 1x1 downsample, a 1x1, the seed, U-Net 3D, 1D audio
+    "r50_3x3_56": ConvParams(2, 1, 64, 64, 64, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "r50_3x3_28s2": ConvParams(2, 1, 64, 128, 128, (3, 3), (56, 56), (2, 2), (1, 1), (1, 1), (1, 1)),
+    "r50_3x3_14": ConvParams(2, 1, 64, 256, 256, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "r50_3x3_7": ConvParams(2, 1, 64, 512, 512, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "r50_ds_1x1s2": ConvParams(2, 1, 64, 1024, 512, (1, 1), (28, 28), (2, 2), (1, 1), (0, 0), (0, 0)),
+    "r50_1x1_56": ConvParams(2, 1, 64, 256, 64, (1, 1), (56, 56), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "seed_3x3_s2": ConvParams(2, 1, 128, 256, 128, (3, 3), (71, 71), (2, 2), (1, 1), (1, 1), (1, 1)),
+    "unet3d_3x3x3": ConvParams(3, 1, 2, 64, 64, (3, 3, 3), (32, 64, 64), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    "audio_1d_k3": ConvParams(1, 1, 16, 512, 512, (3,), (4096,), (1,), (1,), (1,), (1,)),
 }
 
 # (family, config): dwstream around the YAML grid and past it; the session-5 winners for reference
@@ -65,7 +75,7 @@ DTYPE = "bf16"
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: the interpreter, a smoke test of this script
 if DEV == "cpu":
     PROBLEMS = {k: ConvParams(2, 8, 2, v.K, v.C, v.filter, (9, 9), v.stride, v.dilation, v.left_pad, v.right_pad)
-                for k, v in list(PROBLEMS.items())[:3] + list(PROBLEMS.items())[-1:]}
+                for k, v in PROBLEMS.items() if k in (*list(PROBLEMS)[:3], "resnext_g64_c4_56", "r50_3x3_28s2")}
     VARIANTS = VARIANTS[:2] + VARIANTS[-3:]
 
 
@@ -98,7 +108,16 @@ def _ms(fn) -> float:
     return (time_gpu(fn, 25, 100) if DEV == "cuda" else time_cpu(fn, 1)).median_ms
 
 
-def probe(out_dir: str) -> None:
+def probe(out_dir: str, problems: list[str] | None = None, variants_file: str | None = None,
+          tag: str = "") -> None:
+    """Every variant on every problem (or the named ones / the variants listed in a JSON file of
+    [family, cfg] pairs), beside cuDNN; results in wgrad_probe{tag}.json / .md."""
+    global PROBLEMS, VARIANTS
+    if problems:
+        PROBLEMS = {k: PROBLEMS[k] for k in problems}
+    if variants_file:
+        with open(variants_file) as f:
+            VARIANTS = [(fam, cfg) for fam, cfg in json.load(f)]
     os.makedirs(out_dir, exist_ok=True)
     load_kernel_modules()
     rows = []
@@ -124,7 +143,7 @@ def probe(out_dir: str) -> None:
             rows.append(dict(problem=pname, variant=name, family=fam, cfg=cfg, ms=ms, gbs=mb / ms, err=err,
                              speedup=cu_ms / ms if cu_ms else None, compile_s=round(time.time() - t0, 1)))
             print(f"{pname:20s} {name:75s} {ms:8.4f} ms {mb / ms:6.0f} GB/s err {err:.1e}", flush=True)
-    with open(os.path.join(out_dir, "wgrad_probe.json"), "w") as f:
+    with open(os.path.join(out_dir, f"wgrad_probe{tag}.json"), "w") as f:
         json.dump(rows, f, indent=1)
     lines = ["| problem | cuDNN ms | best variant | ms | GB/s | speedup | err |", "|---|---:|---|---:|---:|---:|---:|"]
     for pname in PROBLEMS:
@@ -134,7 +153,7 @@ def probe(out_dir: str) -> None:
             b = min(ok, key=lambda r: r["ms"])
             lines.append(f"| {pname} | {cu['ms']:.4f} | {b['variant']} | {b['ms']:.4f} | {b['gbs']:.0f} | "
                          f"{b['speedup']:.2f} | {b['err']:.1e} |")
-    with open(os.path.join(out_dir, "wgrad_probe.md"), "w") as f:
+    with open(os.path.join(out_dir, f"wgrad_probe{tag}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -159,13 +178,16 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--once", nargs=2, metavar=("PROBLEM", "FAMILY:JSON_CFG"))
     ap.add_argument("--once-cudnn", metavar="PROBLEM")
+    ap.add_argument("--problems", help="comma-separated problem names (default all)")
+    ap.add_argument("--variants", help="JSON file of [family, cfg] pairs (default the built-in list)")
+    ap.add_argument("--tag", default="", help="suffix of the output files")
     ns = ap.parse_args()
     if ns.once:
         once(ns.once[0], ns.once[1])
     elif ns.once_cudnn:
         once(ns.once_cudnn, None)
     else:
-        probe(ns.out)
+        probe(ns.out, ns.problems.split(",") if ns.problems else None, ns.variants, ns.tag)
 
 
 if __name__ == "__main__":

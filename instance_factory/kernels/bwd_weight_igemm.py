@@ -137,6 +137,33 @@ def _round_to_e4m3_grid(v):
 
 
 @triton.jit
+def _walk_start(r, Wo, Ho, Do):
+    """Reduction index -> (n, od, oh, ow): the walk's state at its first block (divisions once)."""
+    ow = r % Wo
+    t = r // Wo
+    oh = t % Ho
+    t = t // Ho
+    return t // Do, t % Do, oh, ow
+
+
+@triton.jit
+def _walk_advance(n, od, oh, ow, Wo, Ho, Do, STEP_W, STEP_H, STEP_D, STEP_N):
+    """(n, od, oh, ow) of the reduction index block_k further on: the step is pre-split into
+    (STEP_N, STEP_D, STEP_H, STEP_W) digits on the host, so each digit takes one add and at most one
+    carry (no per-element division in the loop)."""
+    ow += STEP_W
+    carry = (ow >= Wo).to(ow.dtype)
+    ow -= carry * Wo
+    oh += STEP_H + carry
+    carry = (oh >= Ho).to(oh.dtype)
+    oh -= carry * Ho
+    od += STEP_D + carry
+    carry = (od >= Do).to(od.dtype)
+    od -= carry * Do
+    return n + STEP_N + carry, od, oh, ow
+
+
+@triton.jit
 def _bwd_weight_gemm_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr,
     d0, d1, d2, d3, alpha, beta,
@@ -147,6 +174,7 @@ def _bwd_weight_gemm_kernel(
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
     ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,
     R, P, ITERS_PER_SPLIT, TOTAL_ITERS, W_NUMEL,
+    STEP_W, STEP_H, STEP_D, STEP_N,  # block_k as (n, od, oh, ow) digits (spec 1x1 unflattened: (n, p))
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     CHUNK_ITERS: tl.constexpr,
     MODE: tl.constexpr, FLAT_TAPS: tl.constexpr, SPEC_1X1: tl.constexpr, FLAT_R: tl.constexpr,
@@ -224,6 +252,16 @@ def _bwd_weight_gemm_kernel(
     # accumulator fed ~1e6 partial dots loses accuracy (on Hopper the tensor cores appear to add into
     # it with truncation: a systematic shrink of ~ MMA steps * 2**-24 relative). The fold is a plain
     # fp32 add; the inner loop has no branches, so it pipelines exactly like a flat loop.
+    # the reduction positions of the tile walk incrementally: (n, od, oh, ow) of each row, carried
+    # from block to block (runtime divisions per element and step cost ~250 of ~380 instructions
+    # per step of an H100 loop); the 1x1 spec without a flat axis walks (n, p) as (n, 0, 0, p)
+    r0 = it_start * BLOCK_K + offs_kk
+    if INT64:
+        r0 = r0.to(tl.int64)
+    if SPEC_1X1:
+        n, od, oh, ow = _walk_start(r0, P, 1, 1)
+    else:
+        n, od, oh, ow = _walk_start(r0, Wo, Ho, Do)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for c0 in range(it_start, it_end, CHUNK_ITERS):
         c1 = tl.minimum(c0 + CHUNK_ITERS, it_end)
@@ -238,19 +276,11 @@ def _bwd_weight_gemm_kernel(
                     dy_r = r * ys_w
                     x_r = r * xs_w
                 else:
-                    p = r % P
-                    n = r // P
-                    dy_r = n * ys_n + p * ys_w
-                    x_r = n * xs_n + p * xs_w
+                    dy_r = n * ys_n + ow * ys_w
+                    x_r = n * xs_n + ow * xs_w
                 b_mask = mask_r[:, None] & mask_n[None, :]
                 b_offs = x_r[:, None] + x_col[None, :]
             else:
-                ow = r % Wo
-                t = r // Wo
-                oh = t % Ho
-                t = t // Ho
-                od = t % Do
-                n = t // Do
                 dy_r = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
                 if FLAT_TAPS:
                     id_ = (od * sd)[:, None] + cz[None, :]
@@ -290,6 +320,11 @@ def _bwd_weight_gemm_kernel(
                     a = a.to(tl.float32)
                     b = b.to(tl.float32)
                 part = tl.dot(a, b, acc=part, input_precision=INPUT_PRECISION, out_dtype=tl.float32)
+            if SPEC_1X1:
+                if not FLAT_R:
+                    n, od, oh, ow = _walk_advance(n, od, oh, ow, P, 1, 1, STEP_W, STEP_H, STEP_D, STEP_N)
+            else:
+                n, od, oh, ow = _walk_advance(n, od, oh, ow, Wo, Ho, Do, STEP_W, STEP_H, STEP_D, STEP_N)
         acc += part
 
     w_offs = g * ws_g + offs_m[:, None] * ws_k + w_col[None, :]
@@ -367,6 +402,16 @@ def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     return (sizes[1] == 1 or sh == ww * sw) and (sizes[0] == 1 or sd == hh * ww * sw)
 
 
+def _walk_step(block_k: int, out3: tuple[int, int, int], spec_1x1: bool) -> tuple[int, int, int, int]:
+    """block_k as digits (w, h, d, n) of the reduction index's mixed radix (Wo, Ho, Do, -), the
+    kernel's per-step increments; spec 1x1 walks (n, p) with p of radix Do*Ho*Wo."""
+    do, ho, wo = (1, 1, math.prod(out3)) if spec_1x1 else out3
+    rows, step_w = divmod(block_k, wo)
+    planes, step_h = divmod(rows, ho)
+    step_n, step_d = divmod(planes, do)
+    return step_w, step_h, step_d, step_n
+
+
 def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
     """A runner filling grad_wei with ``algorithm`` (igemm, splitk_atomic, ...); every size is fixed here once."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
@@ -424,7 +469,7 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
     _, FY, FX = geo.filt3
     sizes = (geo.G, geo.K, geo.C, geo.taps, Di, Hi, Wi, Do, Ho, Wo, FY, FX,
              *geo.stride3, *geo.dil3, *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides,
-             R, P, iters_per_split, total_iters, geo.w_numel)
+             R, P, iters_per_split, total_iters, geo.w_numel, *_walk_step(cfg.block_k, geo.out3, spec_1x1))
     gemm = BoundKernel(
         _bwd_weight_gemm_kernel, grid,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
