@@ -90,6 +90,8 @@ def test_declines_say_why():
     c24 = ConvParams(2, 2, 2, 24, 24, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
     assert "wider than block_n=16" in ALG.decline(cfg, c24, lt, DATA_TYPES["fp16"], fused)
     assert "not fp16_fp8" in ALG.decline(cfg, shape(2, 4, 4, 4), lt, DATA_TYPES["fp16_fp8"], fused)
+    assert "depthwise (C = K = 1 per group) is dwslide's" in ALG.decline(cfg, shape(2, 8, 1, 1), lt,
+                                                                         DATA_TYPES["fp16"], fused)
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])
@@ -103,9 +105,9 @@ def test_dtypes(dtype):
     check(shape(2, 6, 4, 4), dtype=dtype)
 
 
-@pytest.mark.parametrize("K,C", [(1, 1), (8, 8), (2, 7), (16, 16), (24, 24)])
+@pytest.mark.parametrize("K,C", [(3, 1), (8, 8), (2, 7), (16, 16), (24, 24)])
 def test_channels_per_group(K, C):
-    """Depthwise, C != K, a C that is not a power of two, one group wider than 16."""
+    """A depth multiplier, C != K, a C that is not a power of two, one group wider than 16."""
     check(shape(2, 19 if C == 1 else 3, K, C), dtype="fp16", block_n=32 if C > 16 else 16)
 
 

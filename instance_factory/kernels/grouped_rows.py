@@ -27,8 +27,11 @@ import triton
 import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
-from ..epilogue import apply_epilogue, user_fn_or_noop
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
 from .common import (
     MAX_SPLIT,
     _dw_finalize_kernel,
@@ -239,8 +242,18 @@ class BdrowWeightConfig(_BlockdiagTile):
         return reason
 
 
+def decline(cfg: BdrowWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """blockdiag's declines, and depthwise: at C = K = 1 a 16-wide tile holds 16 groups and does 16
+    times the useful work; on the H100 bdrow lost every depthwise layer to dwslide (1.05-1.9x
+    slower, 12 layers), so the untuned path must not extrapolate it there."""
+    if p.C == 1 and p.K == 1:
+        return "depthwise (C = K = 1 per group) is dwslide's and dwstream's: bdrow's tiles would be 1/16 useful"
+    return decline_bwd_weight(cfg, p, layout, dtype, fused)
+
+
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="bdrow", config=BdrowWeightConfig, decline=decline_bwd_weight,
+    op="conv_bwd_weight", name="bdrow", config=BdrowWeightConfig, decline=decline,
     bind=bind_bwd_weight,
     description="grouped wgrad with few channels per group on tensor cores: blockdiag's tiles, the "
                 "reduction walked by output-row blocks (scalar row coordinates, no per-position "
