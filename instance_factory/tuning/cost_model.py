@@ -53,6 +53,11 @@ NEIGHBORS_PER_KERNEL = 3
 NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
 DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
+# neighbour weights fall as distance^-3: the same layer at another batch size (distance ~1) must
+# outvote layers of another network (~2). Leave-one-out over the H100 rows (db evaluate): power 1
+# 0.862, 2 0.878, 3 0.882 of the tuned best (dense wgrad 0.816 -> 0.844, grouped dgrad 0.964 -> 0.998);
+# H200 rows 0.908 -> 0.910; exp(-2d) 0.880. Power 1 served RegNetY G5 C24 wgrad splitk at 0.49x.
+WEIGHT_POWER = 3
 UNSEEN_KERNEL = math.log(1.3)  # a kernel no neighbour measured, its algorithm measured
 UNSEEN_ALGORITHM = math.log(1.6)  # an algorithm no neighbour measured
 
@@ -319,7 +324,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     alg_corr: dict[str, list[tuple[float, float]]] = {}
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
-        w = 1.0 / (0.25 + d)
+        w = _neighbor_weight(d)
         for sig, c in t.corrections.items():
             alg_corr.setdefault(t.algorithms[sig], []).append((w, c))
             all_corr.append((w, c))
@@ -330,7 +335,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg))
         seen = [(d, t) for d, t in near if sig in t.corrections][:NEIGHBORS_PER_KERNEL]
         if seen:
-            ws = [(1.0 / (0.25 + d), t.corrections[sig]) for d, t in seen]
+            ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
         elif alg in alg_corr:
@@ -344,6 +349,11 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         preds.append(Prediction(name, alg, m * math.exp(corr), m, basis))
     order = sorted(range(len(preds)), key=lambda i: (preds[i].predicted_ms, i))
     return Ranking([preds[i] for i in order], [(d, t.key) for d, t in closest])
+
+
+def _neighbor_weight(d: float) -> float:
+    """A neighbour's weight in the mean corrections: 1 / (0.25 + d)^WEIGHT_POWER."""
+    return (0.25 + d) ** -WEIGHT_POWER
 
 
 def _wmean(pairs: Sequence[tuple[float, float]]) -> float:
