@@ -20,6 +20,7 @@ from instance_factory.algorithms import ALGORITHMS, RunArgs  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
 from instance_factory.kernels import bwd_weight_igemm as bw  # noqa: E402
+from instance_factory.kernels.bwd_weight_igemm_plan import walk_step  # noqa: E402
 from instance_factory.layouts import (  # noqa: E402
     LAYOUT_FAMILIES,  # noqa: E402
     all_layouts,
@@ -291,10 +292,10 @@ def test_bigger_tiles():
 
 def test_walk_step_digits():
     """block_k split into (w, h, d, n) increments of the reduction's mixed radix."""
-    assert bw._walk_step(64, (1, 14, 14), False) == (8, 4, 0, 0)  # 4 rows and 8 columns
-    assert bw._walk_step(64, (1, 5, 5), False) == (4, 2, 0, 2)  # 2 whole images, 2 rows, 4 columns
-    assert bw._walk_step(32, (2, 3, 4), False) == (0, 2, 0, 1)
-    assert bw._walk_step(16, (1, 2, 5), True) == (6, 0, 0, 1)  # (n, p): p of radix 10
+    assert walk_step(64, (1, 14, 14), False) == (8, 4, 0, 0)  # 4 rows and 8 columns
+    assert walk_step(64, (1, 5, 5), False) == (4, 2, 0, 2)  # 2 whole images, 2 rows, 4 columns
+    assert walk_step(32, (2, 3, 4), False) == (0, 2, 0, 1)
+    assert walk_step(16, (1, 2, 5), True) == (6, 0, 0, 1)  # (n, p): p of radix 10
 
 
 # block_k 32 over outputs far smaller than a block (several images per step) and over rows longer

@@ -81,7 +81,9 @@ from .bwd_weight_igemm_plan import (
     choose_split_k,
     fp8_reason,
     tiles_of,
+    walk_step,
 )
+from .common import _walk_advance, _walk_start
 from .host import SMEM_PER_BLOCK, sm_count
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
@@ -134,33 +136,6 @@ def _round_to_e4m3_grid(v):
     in the interpreter, whose fp32->fp8 conversion loses the carry when rounding up a mantissa."""
     t = v * 1048577.0  # 2**20 + 1
     return t - (t - v)
-
-
-@triton.jit
-def _walk_start(r, Wo, Ho, Do):
-    """Reduction index -> (n, od, oh, ow): the walk's state at its first block (divisions once)."""
-    ow = r % Wo
-    t = r // Wo
-    oh = t % Ho
-    t = t // Ho
-    return t // Do, t % Do, oh, ow
-
-
-@triton.jit
-def _walk_advance(n, od, oh, ow, Wo, Ho, Do, STEP_W, STEP_H, STEP_D, STEP_N):
-    """(n, od, oh, ow) of the reduction index block_k further on: the step is pre-split into
-    (STEP_N, STEP_D, STEP_H, STEP_W) digits on the host, so each digit takes one add and at most one
-    carry (no per-element division in the loop)."""
-    ow += STEP_W
-    carry = (ow >= Wo).to(ow.dtype)
-    ow -= carry * Wo
-    oh += STEP_H + carry
-    carry = (oh >= Ho).to(oh.dtype)
-    oh -= carry * Ho
-    od += STEP_D + carry
-    carry = (od >= Do).to(od.dtype)
-    od -= carry * Do
-    return n + STEP_N + carry, od, oh, ow
 
 
 @triton.jit
@@ -402,16 +377,6 @@ def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     return (sizes[1] == 1 or sh == ww * sw) and (sizes[0] == 1 or sd == hh * ww * sw)
 
 
-def _walk_step(block_k: int, out3: tuple[int, int, int], spec_1x1: bool) -> tuple[int, int, int, int]:
-    """block_k as digits (w, h, d, n) of the reduction index's mixed radix (Wo, Ho, Do, -), the
-    kernel's per-step increments; spec 1x1 walks (n, p) with p of radix Do*Ho*Wo."""
-    do, ho, wo = (1, 1, math.prod(out3)) if spec_1x1 else out3
-    rows, step_w = divmod(block_k, wo)
-    planes, step_h = divmod(rows, ho)
-    step_n, step_d = divmod(planes, do)
-    return step_w, step_h, step_d, step_n
-
-
 def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
     """A runner filling grad_wei with ``algorithm`` (igemm, splitk_atomic, ...); every size is fixed here once."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
@@ -469,7 +434,7 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
     _, FY, FX = geo.filt3
     sizes = (geo.G, geo.K, geo.C, geo.taps, Di, Hi, Wi, Do, Ho, Wo, FY, FX,
              *geo.stride3, *geo.dil3, *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides,
-             R, P, iters_per_split, total_iters, geo.w_numel, *_walk_step(cfg.block_k, geo.out3, spec_1x1))
+             R, P, iters_per_split, total_iters, geo.w_numel, *walk_step(cfg.block_k, geo.out3, spec_1x1))
     gemm = BoundKernel(
         _bwd_weight_gemm_kernel, grid,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,

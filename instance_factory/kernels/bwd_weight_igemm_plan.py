@@ -18,7 +18,7 @@ from ..problem import ConvParams
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
-           "SplitKConfig", "choose_split_k", "fp8_reason", "tiles_of"]
+           "SplitKConfig", "choose_split_k", "fp8_reason", "tiles_of", "walk_step"]
 
 SPECS = ("default", "1x1s1p0")
 ALGORITHM_NAMES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
@@ -134,3 +134,13 @@ def fp8_reason(device: torch.device | None = None, allow_interpreter: bool = Fal
     if cc < (8, 9):
         return f"fp8 compute needs an sm_89+ GPU, this one is sm_{cc[0]}{cc[1]}"
     return None
+
+
+def walk_step(block_k: int, out3: tuple[int, int, int], spec_1x1: bool) -> tuple[int, int, int, int]:
+    """block_k as digits (w, h, d, n) of the reduction index's mixed radix (Wo, Ho, Do, -), the
+    kernel's per-step increments; spec 1x1 walks (n, p) with p of radix Do*Ho*Wo."""
+    do, ho, wo = (1, 1, math.prod(out3)) if spec_1x1 else out3
+    rows, step_w = divmod(block_k, wo)
+    planes, step_h = divmod(rows, ho)
+    step_n, step_d = divmod(planes, do)
+    return step_w, step_h, step_d, step_n

@@ -1,7 +1,8 @@
 """Kernel code and host helpers that several algorithms share.
 
 Device side (``@triton.jit``): the split-chunk walk of a flattened (n, od, oh, ow) reduction, the
-position and tap decompositions, the per-tap input bounds, and the deterministic split reduce
+position and tap decompositions, the incremental (n, od, oh, ow) walk of the bwd-weight GEMM
+(``_walk_start`` / ``_walk_advance``), the per-tap input bounds, and the deterministic split reduce
 kernel (fp32 partials [split, taps, G*K*C] summed in a fixed order, epilogue, convert). Their names
 are part of the kernel identity of every algorithm that calls them (kernel_identity.py): renaming one
 changes those algorithms' kernel hashes, moving one between modules does not.
@@ -90,6 +91,33 @@ def _tap_input(t, b_d, b_h, b_w, pm, FY, FX, TAPS, dil_d, dil_h, dil_w, Di, Hi, 
     lim_w = tl.where(t < TAPS, Wi, 0)
     xm = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
     return xm, tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w
+
+
+@triton.jit
+def _walk_start(r, Wo, Ho, Do):
+    """Reduction index -> (n, od, oh, ow): the walk's state at its first block (divisions once)."""
+    ow = r % Wo
+    t = r // Wo
+    oh = t % Ho
+    t = t // Ho
+    return t // Do, t % Do, oh, ow
+
+
+@triton.jit
+def _walk_advance(n, od, oh, ow, Wo, Ho, Do, STEP_W, STEP_H, STEP_D, STEP_N):
+    """(n, od, oh, ow) of the reduction index block_k further on: the step is pre-split into
+    (STEP_N, STEP_D, STEP_H, STEP_W) digits on the host, so each digit takes one add and at most one
+    carry (no per-element division in the loop)."""
+    ow += STEP_W
+    carry = (ow >= Wo).to(ow.dtype)
+    ow -= carry * Wo
+    oh += STEP_H + carry
+    carry = (oh >= Ho).to(oh.dtype)
+    oh -= carry * Ho
+    od += STEP_D + carry
+    carry = (od >= Do).to(od.dtype)
+    od -= carry * Do
+    return n + STEP_N + carry, od, oh, ow
 
 
 @triton.jit
