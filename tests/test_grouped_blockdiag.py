@@ -1,4 +1,5 @@
-"""Block-diagonal tensor-core kernels for few-channel grouped convolutions ("blockdiag"), both passes.
+"""The block-diagonal tensor-core dgrad for few-channel grouped convolutions ("blockdiag"; its wgrad
+tiles run in bdrow, tests/test_grouped_rows.py).
 
 Every case runs a registered instance through ``verify_instance`` (the public checks, fresh random
 data, a NaN-poisoned result, float64 reference, the dtype's tolerance). Runs in the Triton
@@ -18,11 +19,7 @@ import triton.language as tl  # noqa: E402, F401  (a @triton.jit function needs 
 from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
-from instance_factory.kernels.grouped_blockdiag import (  # noqa: E402
-    BlockdiagDataConfig,
-    BlockdiagWeightConfig,
-    tile_groups,
-)
+from instance_factory.kernels.grouped_blockdiag import BlockdiagDataConfig, tile_groups  # noqa: E402
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.registry import get_registry  # noqa: E402
@@ -35,8 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 DEV = "cpu" if interpreting() else "cuda"
 DATA = ALGORITHMS[("conv_bwd_data", "blockdiag")]
-WEIGHT = ALGORITHMS[("conv_bwd_weight", "blockdiag")]
-OPS = ("conv_bwd_data", "conv_bwd_weight")
+OP = "conv_bwd_data"
 
 
 def shape(ndim: int, G: int, K: int, C: int, N: int = 2) -> ConvParams:
@@ -70,7 +66,6 @@ def check(op: str, p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp
 
 
 SMALL_DATA = dict(block_m=64, block_n=16, num_warps=4)
-SMALL_WEIGHT = dict(block_p=32, block_n=16, num_warps=4, split=0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -90,97 +85,64 @@ def test_tile_groups(K, C, block_n, want):
 
 
 def test_config_checks():
-    data, weight = DATA.config.from_values(SMALL_DATA), WEIGHT.config.from_values(SMALL_WEIGHT)
-    assert isinstance(data, BlockdiagDataConfig) and isinstance(weight, BlockdiagWeightConfig)
+    data = DATA.config.from_values(SMALL_DATA)
+    assert isinstance(data, BlockdiagDataConfig)
     assert data.check() is None and DATA.check_config(SMALL_DATA) is None
     assert data.replace(block_n=8).check() == "block_m and block_n must be at least 16 (tl.dot's smallest tile)"
+    assert data.replace(block_m=24).check() == "block_m=24 must be a power of two from 1 to 1024"
+    assert data.replace(num_warps=3).check() == "num_warps=3 is not one of (1, 2, 4, 8)"
     assert data.replace(block_m=1024, block_n=64).check() == (
         "block_m*block_n=65536 needs more than 128 fp32 accumulators per thread with num_warps=4")
-    assert weight.check() is None and WEIGHT.check_config(SMALL_WEIGHT) is None
-    assert weight.replace(split=-1).check() == "split=-1 must be an int from 0 (auto) to 4096"
-    assert weight.replace(block_p=8).check() == "block_p and block_n must be at least 16 (tl.dot's smallest tile)"
-    assert weight.replace(block_p=24).check() == "block_p=24 must be a power of two from 1 to 1024"
-    assert weight.replace(num_warps=3).check() == "num_warps=3 is not one of (1, 2, 4, 8)"
     assert DATA.check_config(dict(block_m=64)) == "config lacks block_n, num_warps (blockdiag takes block_m, block_n, num_warps)"
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_declines_say_why(op):
-    alg = DATA if op == "conv_bwd_data" else WEIGHT
-    cfg = alg.config.from_values(SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT)
+def test_weight_pass_is_bdrows():
+    assert ("conv_bwd_weight", "blockdiag") not in ALGORITHMS and ("conv_bwd_weight", "bdrow") in ALGORITHMS
+
+
+def test_declines_say_why():
+    cfg = DATA.config.from_values(SMALL_DATA)
     lt = layout_for("nhwgc", 2)
     fused = FUSED_OPS["passthrough"]
     dense = ConvParams(2, 1, 2, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "G > 1" in alg.decline(cfg, dense, lt, DATA_TYPES["fp16"], fused)
+    assert "G > 1" in DATA.decline(cfg, dense, lt, DATA_TYPES["fp16"], fused)
     wide = ConvParams(2, 2, 2, 128, 128, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "igemm" in alg.decline(cfg, wide, lt, DATA_TYPES["fp16"], fused)
+    assert "igemm" in DATA.decline(cfg, wide, lt, DATA_TYPES["fp16"], fused)
     c24 = ConvParams(2, 2, 2, 24, 24, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "block_n" in alg.decline(cfg, c24, lt, DATA_TYPES["fp16"], fused)
-    assert "fp16_fp8" in (alg.decline(cfg, shape(2, 4, 4, 4), lt, DATA_TYPES["fp16_fp8"], fused) or "")
+    assert "block_n" in DATA.decline(cfg, c24, lt, DATA_TYPES["fp16"], fused)
+    assert "fp16_fp8" in (DATA.decline(cfg, shape(2, 4, 4, 4), lt, DATA_TYPES["fp16_fp8"], fused) or "")
 
 
 # ------------------------------------------------------------------------------------------------
 # correctness
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 @pytest.mark.parametrize("layout_family", ["nhwgc", "gnhwc", "ngchw", "ngchw_kcyx"])
-def test_layouts_and_ndims(op, ndim, layout_family):
-    cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
-    check(op, shape(ndim, 5, 4, 3), layout_family, **cfg)
+def test_layouts_and_ndims(ndim, layout_family):
+    check(OP, shape(ndim, 5, 4, 3), layout_family, **SMALL_DATA)
 
 
-@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", ["fp32_tf32", "fp16", "bf16"])
-def test_dtypes(op, dtype):
-    cfg = SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT
-    check(op, shape(2, 6, 4, 4), dtype=dtype, **cfg)
+def test_dtypes(dtype):
+    check(OP, shape(2, 6, 4, 4), dtype=dtype, **SMALL_DATA)
 
 
-def test_bf16_with_fp32_weight_gradient():
-    check("conv_bwd_weight", shape(2, 6, 4, 4), dtype="bf16_fp32w", **SMALL_WEIGHT)
-
-
-@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("K,C", [(1, 1), (8, 8), (2, 7), (16, 16), (24, 24)])
-def test_channels_per_group(op, K, C):
+def test_channels_per_group(K, C):
     """Depthwise, C != K, a C that is not a power of two, one group wider than 16."""
     block_n = 32 if C > 16 else 16
-    cfg = {**(SMALL_DATA if op == "conv_bwd_data" else SMALL_WEIGHT), "block_n": block_n}
-    check(op, shape(2, 19 if C == 1 else 3, K, C), dtype="fp16", **cfg)
-
-
-@pytest.mark.parametrize("split", [1, 3, 7])
-def test_weight_splits(split):
-    """split 1 stores through the epilogue in the main kernel; more use the fixed-order reduce."""
-    check("conv_bwd_weight", shape(2, 5, 4, 4), **{**SMALL_WEIGHT, "split": split})
-
-
-def test_weight_taps_spread_over_programs():
-    """A 7x7 filter with 32-wide tiles: the taps do not fit one program's N axis."""
-    p = ConvParams(2, 2, 1, 16, 16, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
-    check("conv_bwd_weight", p, dtype="fp16", block_p=32, block_n=16, num_warps=4, split=2)
-
-
-@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-def test_weight_largest_tile_fits_shared_memory(dtype):
-    """p128 x n64 with 4 taps per program: three pipeline stages of fp16 tiles need 240 KiB (more
-    than Hopper's 227), so the launcher pipelines less deeply (found by CK's list on an H100)."""
-    p = ConvParams(2, 16, 2, 1, 1, (3, 3), (28, 28), (2, 2), (1, 1), (1, 1), (1, 1))
-    check("conv_bwd_weight", p, dtype=dtype, block_p=128, block_n=64, num_warps=8, split=0)
+    check(OP, shape(2, 19 if C == 1 else 3, K, C), dtype="fp16", **{**SMALL_DATA, "block_n": block_n})
 
 
 def test_data_strided_phases_without_taps():
     """Stride 3 with a 1x1 filter: most phases get no tap and must still write f(0, D)."""
     p = ConvParams(2, 4, 2, 4, 4, (1, 1), (7, 8), (3, 3), (1, 1), (0, 0), (0, 0))
-    check("conv_bwd_data", p, fused="bilinear", n_ds=1, **SMALL_DATA)
+    check(OP, p, fused="bilinear", n_ds=1, **SMALL_DATA)
 
 
-@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("fused,n_ds", [("scale", 0), ("bilinear", 1), ("add", 2), ("add_relu", 1)])
-def test_fused_ops(op, fused, n_ds):
-    cfg = SMALL_DATA if op == "conv_bwd_data" else {**SMALL_WEIGHT, "split": 1}
-    check(op, shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, **cfg)
+def test_fused_ops(fused, n_ds):
+    check(OP, shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, **SMALL_DATA)
 
 
 @triton.jit
@@ -188,12 +150,10 @@ def _halve_plus(acc, d0):
     return 0.5 * acc + d0 * d0
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_custom_epilogue(op):
+def test_custom_epilogue():
     p = shape(2, 4, 4, 4)
     layout = layout_for("nhwgc", 2).name
-    cfg = SMALL_DATA if op == "conv_bwd_data" else {**SMALL_WEIGHT, "split": 2}
-    res = verify_instance(instance(op, p, layout, "fp32", "custom", **cfg),
-                          Case(op, p, layout, "fp32", "custom", 1), DEV,
+    res = verify_instance(instance(OP, p, layout, "fp32", "custom", **SMALL_DATA),
+                          Case(OP, p, layout, "fp32", "custom", 1), DEV,
                           user_fn=_halve_plus, user_ref=lambda acc, d0: 0.5 * acc + d0 * d0)
     assert res.passed, res

@@ -67,7 +67,7 @@ VARIANTS = [
     ("dwstream", dict(block_t=0, block_w=8, block_ch=32, prefetch=0, num_warps=4, split=64)),
     ("depthwise", dict(block_w=16, block_ch=64, num_warps=4, split=0)),
     ("direct", dict(block_p=256, block_ch=16, num_warps=4, split=0)),
-    ("blockdiag", dict(block_p=32, block_n=64, num_warps=4, split=64)),
+    ("bdrow", dict(block_w=64, block_n=64, num_warps=4, num_stages=3, split=0)),
 ]
 
 LAYOUT = "nhwgc"

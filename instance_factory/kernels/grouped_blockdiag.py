@@ -14,13 +14,10 @@ conv_bwd_data: dx[m, (g, c)] = sum over taps hitting m's stride phase of
     Grid = (position tiles of the largest stride phase, group blocks, stride phases); as in
     ``direct`` a program's positions all lie in one phase, so a tap's hit test is a scalar branch.
 
-conv_bwd_weight: dw[(g, k), (tap, g, c)] = sum over positions p of dy[p, (g, k)]^T @ x[p + tap, (g, c)].
-    The taps of a program are folded into the GEMM's N axis: one [BLOCK_K x BLOCK_P] dy tile times
-    one [BLOCK_P x NTP*BLOCK_N] gather of x (neighbouring taps hit the same lines in L1). Which
-    (position, tap) pairs read inside the input is computed once per position as a bit mask over
-    the program's taps, so the per-element cost of the gather is a shift and a test. Only the
-    diagonal blocks of the [BLOCK_K x NTP*BLOCK_N] accumulator are kept. The long N*prod(out)
-    reduction is split into chunks with fp32 partials and ``direct``'s deterministic reduce.
+conv_bwd_weight runs on the same tiles in ``grouped_rows`` (``bdrow``), which walks the reduction by
+output-row blocks; this module's own wgrad kernel (flattened positions, ~500 instructions per step
+of index math) lost every grouped and depthwise layer to bdrow or dwslide on an H100 and was retired
+in session 8. ``tile_groups``, ``_taps_per_program`` and the declines here serve both.
 """
 
 from __future__ import annotations
@@ -41,23 +38,14 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import (
     MAX_GRID_YZ,
-    MAX_SPLIT,
     WEIGHT_DTYPES,
     DirectStyleConfig,
-    _dw_finalize_kernel,
-    _reduction_chunk,
-    _split_position,
-    _tap_of,
-    finalize_launcher,
     num_phases,
-    require_contiguous,
-    split_chunks,
-    split_runner,
 )
-from .host import INT32_LIMIT, pipeline_stages, sm_count
+from .host import INT32_LIMIT
 
-__all__ = ["ALGORITHM_BWD_DATA", "ALGORITHM_BWD_WEIGHT", "MAX_CHANNELS_PER_GROUP", "BlockdiagDataConfig",
-           "BlockdiagWeightConfig", "tile_groups"]
+__all__ = ["ALGORITHM_BWD_DATA", "MAX_CHANNELS_PER_GROUP", "BlockdiagDataConfig", "decline_bwd_weight",
+           "tile_groups"]
 
 MAX_CHANNELS_PER_GROUP = 64  # wider groups fill igemm's own tiles
 _MIN_DOT = 16  # tl.dot's smallest tile side
@@ -230,154 +218,14 @@ def bind_bwd_data(args: RunArgs) -> Runner:
 
 
 # ------------------------------------------------------------------------------------------------
-# conv_bwd_weight
+# shared with bdrow (grouped_rows.py), the grouped wgrad on these tiles
 # ------------------------------------------------------------------------------------------------
-@triton.jit
-def _bd_wgrad_kernel(
-    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
-    alpha, beta,
-    G, P, chunk,  # groups, reduction length N*Do*Ho*Wo, positions per split chunk
-    Do, Ho, Wo, Di, Hi, Wi,
-    FY, FX, TAPS,
-    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
-    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
-    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
-    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
-    K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    NT: tl.constexpr, NTP: tl.constexpr,  # taps per program and its power of two
-    PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
-    FINAL: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
-):
-    pid_g = tl.program_id(0)
-    pid_t = tl.program_id(1)
-    pid_s = tl.program_id(2)
-    g0 = pid_g * GPT
-    t0 = pid_t * NT
-
-    # ---- rows: (g, k) of the GPT groups -----------------------------------------------------
-    jk = tl.arange(0, BLOCK_K)
-    gl_k = jk // K
-    k_ok = _channels_ok(jk, g0, G, K, GPT)
-    if PACKED_Y:
-        y_row = g0 * K + jk
-    else:
-        y_row = (g0 + gl_k) * ys_g + (jk % K) * ys_k
-
-    # ---- columns: (tap, g, c), the program's taps side by side --------------------------------
-    jb = tl.arange(0, NTP * BLOCK_N)
-    tap_l = jb // BLOCK_N
-    jn = jb % BLOCK_N
-    gl_n = jn // C
-    t = t0 + tap_l
-    ch_ok = _channels_ok(jn, g0, G, C, GPT)
-    tz, ty, tx = _tap_of(t, FY, FX)
-    if PACKED_X:
-        x_ch = g0 * C + jn
-    else:
-        x_ch = (g0 + gl_n) * xs_g + (jn % C) * xs_c
-    x_col = tz * dil_d * xs_d + ty * dil_h * xs_h + tx * dil_w * xs_w + x_ch
-    if USE_INT64:
-        y_row = y_row.to(tl.int64)
-        x_col = x_col.to(tl.int64)
-
-    sid, p_start, p_end, prow = _reduction_chunk(pid_s, chunk, P, BLOCK_P, USE_INT64)
-    acc = tl.zeros((BLOCK_K, NTP * BLOCK_N), dtype=tl.float32)
-    for p0 in range(p_start, p_end, BLOCK_P):
-        p = p0 + prow
-        pm = p < p_end
-        n, od, oh, ow = _split_position(p, Do, Ho, Wo)
-        y_pos = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-        a = tl.load(dy_ptr + (y_row[:, None] + y_pos[None, :]), mask=k_ok[:, None] & pm[None, :], other=0.0)
-        b_d = od * s_d - pad_d  # input position of tap 0
-        b_h = oh * s_h - pad_h
-        b_w = ow * s_w - pad_w
-        # bit tt of valid: position p reads inside the input at tap t0 + tt (never set for taps
-        # past the filter); tested per column with a shift, constant over a tap's BLOCK_N columns
-        valid = tl.zeros((BLOCK_P,), dtype=tl.int32)
-        for tt in tl.static_range(NT):
-            sz, sy, sx = _tap_of(t0 + tt, FY, FX)
-            i_d = b_d + sz * dil_d
-            i_h = b_h + sy * dil_h
-            i_w = b_w + sx * dil_w
-            lim_w = tl.where(t0 + tt < TAPS, Wi, 0)  # a scalar bool & vector bool mistypes in the interpreter
-            ok = pm & (i_d >= 0) & (i_d < Di) & (i_h >= 0) & (i_h < Hi) & (i_w >= 0) & (i_w < lim_w)
-            valid = valid | (ok.to(tl.int32) << tt)
-        x_pos = n * xs_n + b_d * xs_d + b_h * xs_h + b_w * xs_w
-        b_mask = (((valid[:, None] >> tap_l[None, :]) & 1) != 0) & ch_ok[None, :]
-        b = tl.load(x_ptr + (x_pos[:, None] + x_col[None, :]), mask=b_mask, other=0.0)
-        if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
-
-    # ---- keep the diagonal blocks: row group == column group ----------------------------------
-    keep = k_ok[:, None] & (ch_ok & (tap_l < NT) & (t < TAPS))[None, :] & (gl_k[:, None] == gl_n[None, :])
-    g = g0 + gl_k
-    k = jk % K
-    c = jn % C
-    if FINAL:
-        offs = (g * ws_g + k * ws_k)[:, None] + (c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x)[None, :]
-        acc = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                             OP, NUM_DS, USER_FN)
-        tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=keep)
-    else:  # fp32 partials [split, taps, G*K*C], the layout of direct's reduce
-        GKC = G * (K * C)
-        offs = (sid * (TAPS * GKC) + g * (K * C) + k * C)[:, None] + (t * GKC + c)[None, :]
-        tl.store(ws_ptr + offs, acc, mask=keep)
-
-
 def _taps_per_program(taps: int, bk: int, bn: int, num_warps: int) -> int:
     """Taps folded into one program's N axis: at most 64 fp32 accumulators per thread and 16 taps
     (the bit mask); a large filter is spread evenly over grid axis 1."""
     cap = max(1, (64 * 32 * num_warps) // (bk * bn))
     cap = min(1 << (cap.bit_length() - 1), _MAX_TAPS_PER_PROGRAM)
     return triton.cdiv(taps, triton.cdiv(taps, cap))
-
-
-def auto_split(params: ConvParams, base_programs: int, block_p: int, sms: int) -> int:
-    """Reduction chunks: ~8 programs per SM, each chunk at least 4 position tiles long."""
-    P = params.N * math.prod(params.output)
-    want = triton.cdiv(8 * sms, base_programs)
-    return int(max(1, min(want, P // (4 * block_p), MAX_SPLIT)))
-
-
-def bind_bwd_weight(args: RunArgs) -> Runner:
-    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
-    geo, cfg, p = args.geo, args.cfg, args.params
-    require_contiguous(args, "blockdiag")
-    block_p, num_warps, split = int(cfg.block_p), int(cfg.num_warps), int(cfg.split)
-    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
-    taps = geo.taps
-    nt = _taps_per_program(taps, bk, bn, num_warps)
-    gblocks = triton.cdiv(geo.G, gpt)
-    P = geo.N * math.prod(geo.out3)
-    if split <= 0:
-        split = auto_split(p, gblocks * triton.cdiv(taps, nt), block_p, sm_count(args.out.device))
-    split, chunk = split_chunks(split, P)
-    gkc = geo.G * geo.K * geo.C
-    total = taps * gkc
-    use_int64 = geo.needs_int64 or split * total >= INT32_LIMIT or P + chunk + block_p >= INT32_LIMIT
-    final = split == 1
-    upcast, precision = _precision(args)
-    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
-    ntp = triton.next_power_of_2(nt)
-    # a dy tile and the taps' x tiles per stage: 128 x (64 + 4 x 64) fp16 is 80 KiB, three do not fit
-    stages = pipeline_stages((bk + ntp * bn) * block_p * args.a.element_size())
-    main = BoundKernel(
-        _bd_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
-        K=geo.K, C=geo.C, GPT=gpt, BLOCK_P=block_p, BLOCK_N=bn, BLOCK_K=bk,
-        NT=nt, NTP=ntp,
-        PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
-        FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
-        num_warps=num_warps, num_stages=stages, **epi,
-    )
-    sizes = (geo.G, P, chunk, *geo.out3, *geo.in3, geo.filt3[1], geo.filt3[2], taps, *geo.stride3, *geo.dil3,
-             *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides)
-    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
-    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
-    return split_runner(main, finalize, sizes, fin_sizes, split * total)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -418,19 +266,6 @@ class BlockdiagDataConfig(_BlockdiagTile):
         return reason
 
 
-@dataclass(frozen=True)
-class BlockdiagWeightConfig(_BlockdiagTile):
-    """blockdiag wgrad: block_p reduction positions x block_n columns per tap, the reduction split
-    in ``split`` chunks (0: automatic, :func:`auto_split`)."""
-
-    block_p: int
-    block_n: int
-    num_warps: int
-    split: int
-
-    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_p", "block_n")
-
-
 def _decline_common(cfg: _BlockdiagTile, p: ConvParams, dtype: DataType, allowed: tuple[str, ...],
                     op: str) -> str | None:
     if dtype.name not in allowed:
@@ -455,7 +290,7 @@ def decline_bwd_data(cfg: BlockdiagDataConfig, p: ConvParams, layout: LayoutTrip
         f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}" if phases > MAX_GRID_YZ else None)
 
 
-def decline_bwd_weight(cfg: BlockdiagWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+def decline_bwd_weight(cfg: _BlockdiagTile, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                        fused: FusedOp) -> str | None:
     _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
     taps = math.prod(p.filter)
@@ -470,12 +305,4 @@ ALGORITHM_BWD_DATA = register_algorithm(Algorithm(
     description="grouped dgrad with few channels per group on tensor cores: several whole groups per "
                 "tile, block-diagonal weight tile, one stride phase per program, fused epilogue",
     kernels=(_bd_dgrad_kernel,),
-))
-
-ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
-    op="conv_bwd_weight", name="blockdiag", config=BlockdiagWeightConfig, decline=decline_bwd_weight,
-    bind=bind_bwd_weight,
-    description="grouped wgrad with few channels per group on tensor cores: several whole groups per "
-                "tile, the program's taps folded into N, diagonal blocks kept, split reduction",
-    kernels=(_bd_wgrad_kernel, _dw_finalize_kernel),
 ))
