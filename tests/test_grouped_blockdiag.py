@@ -44,24 +44,27 @@ def shape(ndim: int, G: int, K: int, C: int, N: int = 2) -> ConvParams:
     return ConvParams(3, G, N, K, C, (2, 3, 3), (3, 4, 5), (1, 2, 1), (2, 1, 1), (1, 1, 0), (0, 1, 2))
 
 
-def instance(op: str, p: ConvParams, layout: str, dtype: str, fused: str = "passthrough", **cfg):
-    """A registered blockdiag instance for the combination with these parameters (configs the YAML
-    does not declare, e.g. other splits, replace the parameters of a registered one)."""
+def instance(op: str, p: ConvParams, layout: str, dtype: str, fused: str = "passthrough",
+             algorithm: str = "blockdiag", **cfg):
+    """A registered instance of ``algorithm`` (blockdiag; bdrow for tests/test_grouped_rows.py) for
+    the combination with these parameters (configs the YAML does not declare, e.g. other splits,
+    replace the parameters of a registered one)."""
     runnable, declined = get_registry().candidates(op, p, layout, dtype, fused)
     for inst in runnable:
-        if inst.alg.name == "blockdiag":
+        if inst.alg.name == algorithm:
             inst = dataclasses.replace(inst, config=tuple((k, cfg.get(k, v)) for k, v in inst.config))
             assert inst.alg.check_config(inst.cfg) is None
             if inst.decline(p) is None:
                 return inst
-    reasons = {r for i, r in declined if i.alg.name == "blockdiag"}
-    raise AssertionError(f"no blockdiag instance {cfg} runs {p.key()}: {reasons}")
+    reasons = {r for i, r in declined if i.alg.name == algorithm}
+    raise AssertionError(f"no {algorithm} instance {cfg} runs {p.key()}: {reasons}")
 
 
 def check(op: str, p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", fused: str = "passthrough",
-          n_ds: int = 0, **cfg) -> None:
+          n_ds: int = 0, algorithm: str = "blockdiag", **cfg) -> None:
     layout = layout_for(layout_family, p.ndim).name
-    res = verify_instance(instance(op, p, layout, dtype, fused, **cfg), Case(op, p, layout, dtype, fused, n_ds), DEV)
+    inst = instance(op, p, layout, dtype, fused, algorithm, **cfg)
+    res = verify_instance(inst, Case(op, p, layout, dtype, fused, n_ds), DEV)
     assert res.passed, f"{res.instance} {p.key()}: rel. error {res.error:.3g} > {res.tolerance}"
 
 

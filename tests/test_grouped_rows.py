@@ -5,16 +5,17 @@ spread over programs, fused ops, declines. Every case runs a registered instance
 ``verify_instance`` (fresh random data, NaN-poisoned result, float64 reference, the dtype's
 tolerance); the interpreter on CPU, or a CUDA GPU."""
 
-import dataclasses
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+import test_grouped_blockdiag as blockdiag_tests  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402, F401  (a @triton.jit function needs tl in its globals)
 from test_direct_grouped import run_case  # noqa: E402
+from test_grouped_blockdiag import shape  # noqa: E402
 
 from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
@@ -22,7 +23,6 @@ from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels.grouped_rows import BdrowWeightConfig, row_split  # noqa: E402
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
-from instance_factory.registry import get_registry  # noqa: E402
 from instance_factory.verify import Case, verify_instance  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -36,34 +36,14 @@ ALG = ALGORITHMS[(OP, "bdrow")]
 SMALL = dict(block_w=16, block_n=16, num_warps=4, num_stages=2, split=0)
 
 
-def shape(ndim: int, G: int, K: int, C: int, N: int = 2) -> ConvParams:
-    """One small problem per ndim with stride, dilation and asymmetric pads."""
-    if ndim == 1:
-        return ConvParams(1, G, N, K, C, (3,), (11,), (2,), (2,), (2,), (1,))
-    if ndim == 2:
-        return ConvParams(2, G, N, K, C, (3, 2), (5, 6), (1, 3), (1, 2), (1, 0), (0, 2))
-    return ConvParams(3, G, N, K, C, (2, 3, 3), (3, 4, 5), (1, 2, 1), (2, 1, 1), (1, 1, 0), (0, 1, 2))
-
-
 def instance(p: ConvParams, layout: str, dtype: str, fused: str = "passthrough", **cfg):
     """A registered bdrow instance for the combination, its parameters replaced by ``cfg``."""
-    runnable, declined = get_registry().candidates(OP, p, layout, dtype, fused)
-    for inst in runnable:
-        if inst.alg.name == "bdrow":
-            inst = dataclasses.replace(inst, config=tuple((k, cfg.get(k, v)) for k, v in inst.config))
-            assert inst.alg.check_config(inst.cfg) is None
-            if inst.decline(p) is None:
-                return inst
-    reasons = {r for i, r in declined if i.alg.name == "bdrow"}
-    raise AssertionError(f"no bdrow instance {cfg} runs {p.key()}: {reasons}")
+    return blockdiag_tests.instance(OP, p, layout, dtype, fused, "bdrow", **cfg)
 
 
 def check(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", fused: str = "passthrough",
           n_ds: int = 0, **cfg) -> None:
-    cfg = {**SMALL, **cfg}
-    layout = layout_for(layout_family, p.ndim).name
-    res = verify_instance(instance(p, layout, dtype, fused, **cfg), Case(OP, p, layout, dtype, fused, n_ds), DEV)
-    assert res.passed, f"{res.instance} {p.key()}: rel. error {res.error:.3g} > {res.tolerance}"
+    blockdiag_tests.check(OP, p, layout_family, dtype, fused, n_ds, "bdrow", **{**SMALL, **cfg})
 
 
 def test_config_checks_and_split():
