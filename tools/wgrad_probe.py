@@ -112,21 +112,20 @@ def probe(out_dir: str, problems: list[str] | None = None, variants_file: str | 
           tag: str = "") -> None:
     """Every variant on every problem (or the named ones / the variants listed in a JSON file of
     [family, cfg] pairs), beside cuDNN; results in wgrad_probe{tag}.json / .md."""
-    global PROBLEMS, VARIANTS
-    if problems:
-        PROBLEMS = {k: PROBLEMS[k] for k in problems}
+    chosen = {k: PROBLEMS[k] for k in problems} if problems else PROBLEMS
+    variants = VARIANTS
     if variants_file:
         with open(variants_file) as f:
-            VARIANTS = [(fam, cfg) for fam, cfg in json.load(f)]
+            variants = [(fam, cfg) for fam, cfg in json.load(f)]
     os.makedirs(out_dir, exist_ok=True)
     load_kernel_modules()
     rows = []
-    for pname, p in PROBLEMS.items():
+    for pname, p in chosen.items():
         case = _case(p)
         mb = p.bytes_moved("conv_bwd_weight", 2) / 1e6
         cu_ms, _, cu_err = time_torch(case, 25, 100, 1)  # cuDNN, benchmark mode, channels-last
         rows.append(dict(problem=pname, variant="cudnn", ms=cu_ms, gbs=mb / cu_ms if cu_ms else None, err=cu_err or None))
-        for fam, cfg in VARIANTS:
+        for fam, cfg in variants:
             name = f"{fam} " + "_".join(f"{k}{v}" for k, v in cfg.items())
             go, out, _ = _runner(fam, cfg, case)
             if go is None:
@@ -146,7 +145,7 @@ def probe(out_dir: str, problems: list[str] | None = None, variants_file: str | 
     with open(os.path.join(out_dir, f"wgrad_probe{tag}.json"), "w") as f:
         json.dump(rows, f, indent=1)
     lines = ["| problem | cuDNN ms | best variant | ms | GB/s | speedup | err |", "|---|---:|---|---:|---:|---:|---:|"]
-    for pname in PROBLEMS:
+    for pname in chosen:
         cu = next(r for r in rows if r["problem"] == pname and r["variant"] == "cudnn")
         ok = [r for r in rows if r["problem"] == pname and r.get("family") and r["err"] <= 1e-2]
         if ok and cu["ms"]:

@@ -36,6 +36,7 @@ __all__ = [
     "DirectStyleConfig",
     "finalize_launcher",
     "num_phases",
+    "occupancy_split",
     "require_contiguous",
     "split_chunks",
     "split_runner",
@@ -171,6 +172,13 @@ def require_contiguous(args: RunArgs, algorithm: str) -> None:
                     *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
             raise ValueError(f"{algorithm} conv_bwd_weight needs a contiguous {name} tensor")
+
+
+def occupancy_split(base_programs: int, sms: int, per_sm: int, most: int) -> int:
+    """The automatic split of a reduction: enough chunks for ~``per_sm`` programs per SM over the
+    ``base_programs`` the grid has without splitting, at most ``most`` (the family's shortest useful
+    chunk), at least 1."""
+    return int(max(1, min(triton.cdiv(per_sm * sms, base_programs), most)))
 
 
 def split_chunks(split: int, length: int) -> tuple[int, int]:

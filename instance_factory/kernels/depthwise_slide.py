@@ -40,6 +40,7 @@ from .common import (
     DirectStyleConfig,
     _dw_finalize_kernel,
     finalize_launcher,
+    occupancy_split,
     require_contiguous,
     split_chunks,
     split_runner,
@@ -321,8 +322,7 @@ def window_plan(fx: int, stride_w: int, dil_w: int, block_x: int, unroll: int) -
 
 def auto_split(rows: int, base_programs: int, block_r: int, sms: int) -> int:
     """Row chunks: ~8 programs per SM, each chunk at least one step of block_r rows."""
-    want = triton.cdiv(8 * sms, base_programs)
-    return int(max(1, min(want, triton.cdiv(rows, block_r))))
+    return occupancy_split(base_programs, sms, 8, triton.cdiv(rows, block_r))
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:

@@ -47,6 +47,7 @@ from .common import (
     _dw_finalize_kernel,
     _tap_of,
     finalize_launcher,
+    occupancy_split,
     require_contiguous,
     split_chunks,
     split_runner,
@@ -251,8 +252,7 @@ def _taps_per_program(taps: int, block_t: int) -> int:
 
 def auto_split(rows: int, base_programs: int, sms: int) -> int:
     """Row chunks: ~16 programs per SM, each chunk at least 4 output rows."""
-    want = triton.cdiv(16 * sms, base_programs)
-    return int(max(1, min(want, rows // 4)))
+    return occupancy_split(base_programs, sms, 16, rows // 4)
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:

@@ -42,6 +42,7 @@ from .common import (
     DirectStyleConfig,
     _dw_finalize_kernel,
     finalize_launcher,
+    occupancy_split,
     require_contiguous,
     split_chunks,
     split_runner,
@@ -149,8 +150,7 @@ def auto_split(params: ConvParams, block_w: int, block_ch: int, sms: int) -> int
     filter_rows = math.prod(params.filter[:-1])
     base = triton.cdiv(params.G, block_ch) * filter_rows
     R = params.N * math.prod(params.output[:-1])
-    want = triton.cdiv(16 * sms, base)
-    return int(max(1, min(want, R // 4, MAX_SPLIT)))
+    return occupancy_split(base, sms, 16, min(R // 4, MAX_SPLIT))
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:

@@ -37,6 +37,7 @@ from .common import (
     _dw_finalize_kernel,
     _tap_of,
     finalize_launcher,
+    occupancy_split,
     require_contiguous,
     split_chunks,
     split_runner,
@@ -176,8 +177,7 @@ def _bdrow_wgrad_kernel(
 
 def row_split(steps: int, base_programs: int, sms: int) -> int:
     """Reduction chunks: ~8 programs per SM, each chunk at least 8 steps long."""
-    want = triton.cdiv(8 * sms, base_programs)
-    return int(max(1, min(want, steps // 8, MAX_SPLIT)))
+    return occupancy_split(base_programs, sms, 8, min(steps // 8, MAX_SPLIT))
 
 
 def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
