@@ -5,6 +5,7 @@ and the parameter matrix is representative rather than a full cross product, so 
 stays well under the interpreter's time budget.
 """
 
+import math
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -111,6 +112,12 @@ GEOMETRY = {
     "big-dil-1d": P(1, 2, 2, 4, 3, (3,), (7,), (1,), (3,), (0,), (1,)),
     "odd-7x7-s1": P(2, 1, 1, 7, 7, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1)),
     "G=5-3d": P(3, 5, 1, 3, 2, (3, 1, 2), (3, 4, 4), (1, 2, 1), (1, 1, 2), (1, 0, 0), (1, 1, 1)),
+    # more than 32 taps per phase along a padded dim: the loop compares ho instead of testing tap bits
+    "40-tap-1d": P(1, 1, 2, 3, 2, (40,), (45,), (1,), (1,), (20,), (19,)),
+    "40-tap-2d-s2": P(2, 1, 1, 2, 3, (3, 70), (4, 75), (1, 2), (1, 1), (1, 35), (1, 34)),
+    # 1xN with pad only along W (H needs no mask), and an unpadded 1x1 s2 (no dim needs one)
+    "1x5-padw": P(2, 2, 2, 3, 4, (1, 5), (5, 9), (1, 1), (1, 1), (0, 2), (0, 2)),
+    "1x1-s2-3d": P(3, 1, 2, 5, 3, (1, 1, 1), (3, 5, 6), (2, 2, 2), (1, 1, 1), (0, 0, 0), (0, 0, 0)),
 }
 
 
@@ -137,10 +144,29 @@ def test_phase_table_is_per_dim():
 
     p = P(2, 1, 1, 1, 1, (3, 3), (5000, 3000), (4096, 2048), (1, 1), (1, 1), (1, 1))
     geo = ConvGeometry.build(p, layout_for("nhwgc", 2))
-    table, (nd, nh, nw), m_max = _phase_table(geo, False, "cpu")
+    table, (nd, nh, nw), m_max = _phase_table(mod._phase_rows(geo, False), "cpu")
     assert (nd, nh, nw) == (1, 4096, 2048)
     assert table.numel() == 5 * (1 + 4096 + 2048)
     assert m_max == 1 * 2 * 2
+
+
+@pytest.mark.parametrize("name, masks, most_taps", [
+    ("odd-7x7-s1", (False, True, True), 3),
+    ("1x5-padw", (False, False, True), 5),
+    ("1x1-s2-3d", (False, False, False), 0),
+    ("40-tap-1d", (False, False, True), 40),
+    ("40-tap-2d-s2", (False, True, True), 35),
+])
+def test_row_masks_only_where_taps_leave_grad_out(name, masks, most_taps):
+    """The loop masks a dim's rows only where a tap can read outside grad_out, and per-row tap bit
+    masks hold at most 32 taps (the 40-tap cases take the compare path; test_geometry runs both)."""
+    p = GEOMETRY[name]
+    geo = ConvGeometry.build(p, layout_for("nhwgc", p.ndim))
+    rows = mod._phase_rows(geo, False)
+    hsteps = [geo.dil3[a] // math.gcd(geo.stride3[a], geo.dil3[a]) for a in range(3)]
+    got = tuple(mod._needs_mask(rows[a], hsteps[a], geo.out3[a]) for a in range(3))
+    assert got == masks
+    assert max([r[3] for a in range(3) if got[a] for r in rows[a]], default=0) == most_taps
 
 
 # ------------------------------------------------------------------------------------------------

@@ -113,6 +113,39 @@ def dump_sass(kernel, stem: str) -> None:
         f.write(kernel.asm["ptx"])
 
 
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+def inner_loops(sass: str) -> list[dict]:
+    """The SASS loops (a backward branch and its target), innermost first by size: instruction count
+    and the opcodes that matter for an issue-bound loop (HGMMA, integer division's IABS, IMAD,
+    loads). This is how index math in a reduction loop shows up without a GPU."""
+    insts = [(int(a, 16), op) for a, _, op, _ in _SASS_LINE.findall(sass)]
+    loops = []
+    for a, _, op, rest in _SASS_LINE.findall(sass):
+        m = re.search(r"`?\(?\.L_x_\d+\)?|0x([0-9a-f]+)", rest)
+        if not op.startswith("BRA") or m is None or m.group(1) is None:
+            continue
+        src, dst = int(a, 16), int(m.group(1), 16)
+        if dst < src:
+            body = [o for addr, o in insts if dst <= addr <= src]
+            mix = {}
+            for o in body:
+                head = o.split(".")[0]
+                mix[head] = mix.get(head, 0) + 1
+            loops.append({"start": dst, "end": src, "instructions": len(body), "mix": mix})
+    return sorted(loops, key=lambda lp: lp["instructions"])
+
+
+def _loop_summary(sass: str) -> str:
+    keep = ("HGMMA", "IABS", "IMAD", "IADD3", "ISETP", "LDG", "LDGSTS", "LOP3", "SEL", "SHF", "LEA", "I2F", "F2I")
+    out = []
+    for lp in inner_loops(sass):
+        mix = " ".join(f"{k}:{lp['mix'][k]}" for k in keep if k in lp["mix"])
+        out.append(f"    loop {lp['start']:#06x}-{lp['end']:#06x}: {lp['instructions']} instr  {mix}")
+    return "\n".join(out)
+
+
 class _Recorder:
     """Stands in for BoundKernel: records (kernel, args, constexprs) instead of launching."""
 
@@ -134,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problem", required=True, help="ConvParams key")
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--sass", metavar="DIR", help="also write each kernel's SASS (cuobjdump) and PTX here")
+    ap.add_argument("--loops", action="store_true", help="print each SASS loop's size and instruction mix")
     ns = ap.parse_args(argv)
     target = GPUTarget("cuda", ns.arch, 32)
     p = ConvParams.from_key(ns.problem)
@@ -161,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                         dump_sass(k, os.path.join(ns.sass, f"{inst.name}.{fn.__name__}"))
                     print(f"{inst.name:90s} {fn.__name__:22s} regs {use.get('reg', -1):4d} "
                           f"stack {use.get('stack', -1):4d} smem {k.metadata.shared:6d}  {memory_ops(k)}")
+                    if ns.loops:
+                        print(_loop_summary(_cuobjdump(k, "--dump-sass")))
                 except Exception as exc:  # report and go on: the point is the list of failures
                     failures += 1
                     print(f"{inst.name:90s} {fn.__name__:24s} FAILED {type(exc).__name__}: {str(exc)[:300]}")

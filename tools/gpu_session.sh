@@ -5,7 +5,9 @@
 #
 # Steps (see docs/BENCHMARKS.md, "Waiting for a GPU"): env, pytest_new, pytest_gpu, ck_blockdiag,
 # tune_gd, bench_gd, untuned, train, dask, ship; pytest_dws, ck_dws, probe, ncu, tune_dws (issue 11, sessions 6-7; DW_ALGS picks the families); pytest_bdrow, ck_bdrow, tune_grouped
-# (session 8: grouped few-channel wgrad; needs .devout/grouped_only.yaml and gd.csv carried). Everything a step writes goes to $RES, packed into
+# (session 8: grouped few-channel wgrad; needs .devout/grouped_only.yaml and gd.csv carried);
+# pytest_files (PYTEST_FILES), ck_algs (CK_ALGS, CK_OPS), probe_ab (PROBE_OP, PROBE_VARIANTS,
+# PROBE_PROBLEMS: variants on this tree vs the package copy in .devout/old), matrix (session 9). Everything a step writes goes to $RES, packed into
 # $OUT/results.tgz at the end (the device returns at most 8 files); the whole log is $OUT/session.log.
 set -uo pipefail
 OUT=${OUT:-gpu_out}
@@ -66,6 +68,15 @@ run_step() {
          --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site python3 tools/dask_sweep_check.py --out '"$RES"' \
          --minutes '"$(awk "BEGIN{print ($secs - 70) / 120}")" ;;
     ship) step ship "$secs" python3 tools/ship_db_sweep.py --minutes $(((secs - 60) / 60)) --db "$RES/ship.csv" --out "$RES" ;;
+    pytest_files) step pytest_files "$secs" python3 -m pytest -q -n 8 -p no:cacheprovider $PYTEST_FILES ;;
+    ck_algs) step ck_algs "$secs" python3 tools/gpu_check.py --ck --ops "${CK_OPS:-conv_bwd_data,conv_bwd_weight}" \
+         --algorithms "$CK_ALGS" --out "$RES" --tag "ck-${CK_ALGS//,/-}" --budget-s $((secs - 30)) ;;
+    probe_ab) for pkg in new old; do  # the same variants on this tree and on the package copy in .devout/old
+           pp=$PWD; [[ $pkg == old ]] && pp=$PWD/.devout/old
+           step "probe_$pkg" $((secs / 2)) env PYTHONPATH="$pp" python3 tools/wgrad_probe.py --op "${PROBE_OP:-conv_bwd_weight}" \
+             --variants "$PROBE_VARIANTS" --problems "$PROBE_PROBLEMS" --out "$RES" --tag "_$pkg"
+         done ;;
+    matrix) step matrix "$secs" python3 tools/gpu_check.py --matrix --out "$RES" --tag matrix --budget-s $((secs - 30)) ;;
     *) echo "unknown step $name" | tee -a "$LOG" ;;
   esac
 }

@@ -1,8 +1,12 @@
-"""Few-channel / depthwise bwd-weight design probe (GPU; on a CPU a smoke test in the interpreter): time kernel variants beside cuDNN.
+"""Kernel design probe (GPU; on a CPU a smoke test in the interpreter): time kernel variants beside cuDNN.
 
     python tools/wgrad_probe.py --out DIR                 # table of variants x problems, best per problem
     python tools/wgrad_probe.py --once PROBLEM INSTANCE   # one launch (to run under ncu)
     python tools/wgrad_probe.py --once-cudnn PROBLEM      # one cuDNN bwd-weight call (under ncu)
+    python tools/wgrad_probe.py --op conv_bwd_data --variants V.json --problems r50_3x3_56,...  # dgrad
+
+Built for bwd weight (few-channel, depthwise, dense); ``--op conv_bwd_data`` times bwd-data variants
+of the same problems (the built-in variant list is wgrad's, so pass ``--variants``).
 
 Variants are instance configs of the registered families, including configs outside configs/*.yaml
 (the point is to learn where the design space should be), bound directly (no tuner): each is
@@ -80,15 +84,16 @@ if DEV == "cpu":
 
 
 
-def _case(p: ConvParams):
+def _case(p: ConvParams, op: str = "conv_bwd_weight"):
     """Operands and float64 reference from the tuner's own harness (same seeds, same tensors)."""
-    prob = Problem("conv_bwd_weight", p, layout_for(LAYOUT, p.ndim).name, DTYPE)
+    prob = Problem(op, p, layout_for(LAYOUT, p.ndim).name, DTYPE)
     return make_case(prob, torch.device(DEV))
 
 
 def _runner(fam: str, cfg: dict, case):
     """A bound runner of one variant on the case's operands, or (None, the decline reason)."""
-    alg = ALGORITHMS[("conv_bwd_weight", fam)]
+    op = case.problem.op
+    alg = ALGORITHMS[(op, fam)]
     p, dt = case.problem.params, DATA_TYPES[DTYPE]
     lt = layout_for(LAYOUT, p.ndim)
     fused, user_fn = resolve_fused_op("passthrough", 0)
@@ -97,7 +102,7 @@ def _runner(fam: str, cfg: dict, case):
     why = why or alg.decline(kcfg, p, lt, dt, fused)
     if why:
         return None, None, why
-    out = torch.empty(lt.shape("weight", p), device=DEV, dtype=dt.result or dt.data)
+    out = torch.empty(lt.shape("weight" if op == "conv_bwd_weight" else "input", p), device=DEV, dtype=dt.result or dt.data)
     args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=1.0, beta=0.0,
                    a=case.a, b=case.b, ds=(), out=out, cfg=kcfg)
     run = alg.bind(args)
@@ -109,7 +114,7 @@ def _ms(fn) -> float:
 
 
 def probe(out_dir: str, problems: list[str] | None = None, variants_file: str | None = None,
-          tag: str = "") -> None:
+          tag: str = "", op: str = "conv_bwd_weight") -> None:
     """Every variant on every problem (or the named ones / the variants listed in a JSON file of
     [family, cfg] pairs), beside cuDNN; results in wgrad_probe{tag}.json / .md."""
     chosen = {k: PROBLEMS[k] for k in problems} if problems else PROBLEMS
@@ -121,8 +126,8 @@ def probe(out_dir: str, problems: list[str] | None = None, variants_file: str | 
     load_kernel_modules()
     rows = []
     for pname, p in chosen.items():
-        case = _case(p)
-        mb = p.bytes_moved("conv_bwd_weight", 2) / 1e6
+        case = _case(p, op)
+        mb = p.bytes_moved(op, 2) / 1e6
         cu_ms, _, cu_err = time_torch(case, 25, 100, 1)  # cuDNN, benchmark mode, channels-last
         rows.append(dict(problem=pname, variant="cudnn", ms=cu_ms, gbs=mb / cu_ms if cu_ms else None, err=cu_err or None))
         for fam, cfg in variants:
@@ -157,10 +162,10 @@ def probe(out_dir: str, problems: list[str] | None = None, variants_file: str | 
     print("\n".join(lines))
 
 
-def once(pname: str, variant: str | None) -> None:
+def once(pname: str, variant: str | None, op: str = "conv_bwd_weight") -> None:
     """One launch (under ncu): a variant ("family:{json cfg}"), or cuDNN when None."""
     load_kernel_modules()
-    case = _case(PROBLEMS[pname])
+    case = _case(PROBLEMS[pname], op)
     if variant is None:
         torch_conv_fn(case)[0]()
     else:
@@ -180,13 +185,14 @@ def main() -> None:
     ap.add_argument("--problems", help="comma-separated problem names (default all)")
     ap.add_argument("--variants", help="JSON file of [family, cfg] pairs (default the built-in list)")
     ap.add_argument("--tag", default="", help="suffix of the output files")
+    ap.add_argument("--op", default="conv_bwd_weight", choices=("conv_bwd_weight", "conv_bwd_data"))
     ns = ap.parse_args()
     if ns.once:
-        once(ns.once[0], ns.once[1])
+        once(ns.once[0], ns.once[1], ns.op)
     elif ns.once_cudnn:
-        once(ns.once_cudnn, None)
+        once(ns.once_cudnn, None, ns.op)
     else:
-        probe(ns.out, ns.problems.split(",") if ns.problems else None, ns.variants, ns.tag)
+        probe(ns.out, ns.problems.split(",") if ns.problems else None, ns.variants, ns.tag, ns.op)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ _MAX_BLOCK = 256
 _DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")  # the bwd-data rows of the dtype table
 _PHASE_FIELDS = 5  # per (dim, residue) row: r, count, tap0, ntaps, ho_base
 _MAX_GRID_Y = 65535
+_TAP_BITS = 32  # taps per dim and phase that a per-row int32 bit mask holds
 
 
 # ------------------------------------------------------------------------------------------------
@@ -73,6 +74,36 @@ def _load_tiles(a_ptrs, b_ptrs, row_ok, b_col_ok, ks, K, EVEN_K: tl.constexpr, E
 
 
 @triton.jit
+def _tap_bits(v, ntaps, ho_step, n_out):
+    """Per row, bit j set when tap j of the phase reads grad_out inside [0, n_out) along one dim
+    (ho = v - j*ho_step); ntaps <= 32. Built once, so the loop tests one bit instead of comparing."""
+    bits = tl.zeros(v.shape, dtype=tl.int32)
+    for j in range(0, ntaps):
+        bits |= _in_range(v - j * ho_step, n_out).to(tl.int32) << j
+    return bits
+
+
+@triton.jit
+def _in_range(ho, n_out):
+    return (ho >= 0) & (ho < n_out)
+
+
+@triton.jit
+def _next_step(kt, j_w, j_h, j_d, k_tiles, nt_w, nt_h):
+    """The (kt, j_w, j_h, j_d) digits of the next reduction step: kt fastest, one carry per digit."""
+    kt += 1
+    carry = (kt == k_tiles).to(tl.int32)
+    kt -= carry * k_tiles
+    j_w += carry
+    carry = (j_w == nt_w).to(tl.int32)
+    j_w -= carry * nt_w
+    j_h += carry
+    carry = (j_h == nt_h).to(tl.int32)
+    j_h -= carry * nt_h
+    return kt, j_w, j_h, j_d + carry
+
+
+@triton.jit
 def _bwd_data_igemm_kernel(
     dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, phase_ptr,
     alpha, beta,
@@ -88,6 +119,8 @@ def _bwd_data_igemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPEC_1X1: tl.constexpr,  # 1x1 filter, stride 1, pad 0: plain GEMM over flat spatial index
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,  # K % BLOCK_K == 0, C % BLOCK_N == 0: no k / c masks
+    MASK_D: tl.constexpr, MASK_H: tl.constexpr, MASK_W: tl.constexpr,  # a tap can leave grad_out along it
+    TAP_BITS: tl.constexpr,  # every masked dim has <= 32 taps per phase: per-row tap bit masks
     USE_INT64: tl.constexpr,  # 64-bit offsets (a tensor has >= 2**31 elements)
     UPCAST: tl.constexpr,  # load bf16 operands as fp32 before tl.dot (interpreter bug triton#11584)
     PRECISION: tl.constexpr,  # tl.dot input_precision: "ieee" or "tf32" (ignored for fp16/bf16)
@@ -188,27 +221,47 @@ def _bwd_data_igemm_kernel(
         a_rows = dy_ptr + (g * ys_g + n_idx * ys_n + v_d * ys_d + v_h * ys_h + v_w * ys_w)[:, None]
         b_base = w_ptr + (g * ws_g + tap0_d * ws_z + tap0_h * ws_y + tap0_w * ws_x) + b_cols
 
+        # the tap (j_d, j_h, j_w) and k-chunk kt of each step are carried digits (kt fastest, one
+        # add and at most one carry each) instead of divisions of the flat step index: the loop is
+        # issue-bound at 8 warps, and three runtime divisions cost ~100 instructions a step
+        if TAP_BITS:  # per row, bit j: tap j lands inside grad_out (in-range rows only)
+            live = tl.where(m_ok, -1, 0)  # out-of-range rows: no tap
+            if MASK_D:
+                live &= _tap_bits(v_d, nt_d, hstep_d, Do)
+            if MASK_H:
+                live_h = _tap_bits(v_h, nt_h, hstep_h, Ho)
+            if MASK_W:
+                live_w = _tap_bits(v_w, nt_w, hstep_w, Wo)
+        kt = tl.zeros([], dtype=tl.int64 if USE_INT64 else tl.int32)  # int64: shifts past 2**31
+        j_w = kt
+        j_h = kt
+        j_d = kt
         n_iter = nt_d * nt_h * nt_w * k_tiles  # 0 for a phase no tap hits: acc stays 0
-        for it in range(0, n_iter):
-            tap = it // k_tiles
-            kt = it - tap * k_tiles
-            if USE_INT64:
-                tap = tap.to(tl.int64)
-            j_w = tap % nt_w
-            tap2 = tap // nt_w
-            j_h = tap2 % nt_h
-            j_d = tap2 // nt_h
-            ho_d = v_d - j_d * hstep_d
-            ho_h = v_h - j_h * hstep_h
-            ho_w = v_w - j_w * hstep_w
-            row_ok = (m_ok & (ho_d >= 0) & (ho_d < Do) & (ho_h >= 0) & (ho_h < Ho)
-                      & (ho_w >= 0) & (ho_w < Wo))
-            a_shift = j_d * hstep_d * ys_d + j_h * hstep_h * ys_h + j_w * hstep_w * ys_w
-            b_shift = j_d * step_d * ws_z + j_h * step_h * ws_y + j_w * step_w * ws_x
+        for _ in range(0, n_iter):
+            if TAP_BITS:
+                bits = live
+                if MASK_D:
+                    bits = bits >> j_d
+                if MASK_H:
+                    bits = bits & (live_h >> j_h)
+                if MASK_W:
+                    bits = bits & (live_w >> j_w)
+                row_ok = (bits & 1) != 0
+            else:  # a dim with more than 32 taps in a phase: compare every row's ho
+                row_ok = m_ok
+                if MASK_D:
+                    row_ok = row_ok & _in_range(v_d - j_d * hstep_d, Do)
+                if MASK_H:
+                    row_ok = row_ok & _in_range(v_h - j_h * hstep_h, Ho)
+                if MASK_W:
+                    row_ok = row_ok & _in_range(v_w - j_w * hstep_w, Wo)
+            a_shift = j_d * (hstep_d * ys_d) + j_h * (hstep_h * ys_h) + j_w * (hstep_w * ys_w)
+            b_shift = j_d * (step_d * ws_z) + j_h * (step_h * ws_y) + j_w * (step_w * ws_x)
             ks = kt * BLOCK_K + offs_k
             a, b = _load_tiles(a_rows - a_shift + ks[None, :] * ys_k, b_base + b_shift + ks[:, None] * ws_k,
                                row_ok, b_col_ok, ks, K, EVEN_K, EVEN_N, UPCAST)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            kt, j_w, j_h, j_d = _next_step(kt, j_w, j_h, j_d, k_tiles, nt_w, nt_h)
 
     # ---- fused multiple-D epilogue in registers, one store ------------------------------------
     o_offs = x_row[:, None] + offs_n[None, :] * xs_c
@@ -284,20 +337,31 @@ def decline(cfg: BwdDataIgemmConfig, params: ConvParams, layout: LayoutTriple, d
     return None
 
 
-def _phase_table(geo: ConvGeometry, spec_1x1: bool, device: torch.device) -> tuple:
-    """(int32 tensor of per-dim rows on ``device``, (rows of D, H, W), largest phase's prod(count)).
+def _phase_rows(geo: ConvGeometry, spec_1x1: bool) -> list[list[tuple[int, ...]]]:
+    """Per dim (D, H, W), the phase rows (r, count, tap0, ntaps, ho_base) the kernel reads.
 
     Only residues with input positions get a row, so a dim has min(stride, in) rows at most.
     """
     if spec_1x1:
-        dims = [[(0, n, 0, 1, 0)] for n in geo.in3]
-    else:
-        dims = [[(pd.r, pd.count, pd.tap0, pd.ntaps, pd.ho_base) for pd in per_dim if pd.count > 0]
-                for per_dim in stride_phases(geo)]
+        return [[(0, n, 0, 1, 0)] for n in geo.in3]
+    return [[(pd.r, pd.count, pd.tap0, pd.ntaps, pd.ho_base) for pd in per_dim if pd.count > 0]
+            for per_dim in stride_phases(geo)]
+
+
+def _phase_table(dims: list[list[tuple[int, ...]]], device: torch.device) -> tuple:
+    """(int32 tensor of the per-dim rows on ``device``, (rows of D, H, W), largest phase's prod(count))."""
     m_max = math.prod(max(row[1] for row in rows) for rows in dims)
     flat = [v for rows in dims for row in rows for v in row]
     assert len(flat) == _PHASE_FIELDS * sum(len(rows) for rows in dims)
     return torch.tensor(flat, dtype=torch.int32).to(device), tuple(len(rows) for rows in dims), m_max
+
+
+def _needs_mask(rows: list[tuple[int, ...]], ho_step: int, n_out: int) -> bool:
+    """Whether some tap of some phase reads outside grad_out along this dim (ho = ho_base + i -
+    j*ho_step for i < count, j < ntaps); a dim that never does (e.g. an unpadded 1x1, or the neutral
+    leading dims of 1D/2D) needs no per-row mask in the loop."""
+    return any(nt > 0 and (hb - (nt - 1) * ho_step < 0 or hb + cnt - 1 >= n_out)
+               for _, cnt, _, nt, hb in rows)
 
 
 def _packed(strides: tuple[int, ...], lens: tuple[int, int, int]) -> bool:
@@ -317,7 +381,8 @@ def bind(args: RunArgs) -> Runner:
         assert geo.in3 == geo.out3
         assert _packed(geo.x_strides[3:], geo.in3) and _packed(geo.y_strides[3:], geo.out3)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    table, (nph_d, nph_h, nph_w), m_cnt = _phase_table(geo, spec_1x1, args.out.device)
+    rows = _phase_rows(geo, spec_1x1)
+    table, (nph_d, nph_h, nph_w), m_cnt = _phase_table(rows, args.out.device)
     n_phases = nph_d * nph_h * nph_w
     num_pid_m = triton.cdiv(geo.N * m_cnt, bm)
     num_pid_n = triton.cdiv(geo.C, bn)
@@ -329,6 +394,8 @@ def bind(args: RunArgs) -> Runner:
     s, d = geo.stride3, geo.dil3
     steps = [s[a] // math.gcd(s[a], d[a]) for a in range(3)]
     hsteps = [d[a] // math.gcd(s[a], d[a]) for a in range(3)]
+    masks = [_needs_mask(rows[a], hsteps[a], geo.out3[a]) for a in range(3)]
+    most_taps = max([row[3] for a in range(3) if masks[a] for row in rows[a]], default=0)
     scalars = (
         geo.N, geo.K, geo.C, *geo.out3, *s, *steps, *hsteps,
         *geo.x_strides, *geo.w_strides, *geo.y_strides,
@@ -339,6 +406,7 @@ def bind(args: RunArgs) -> Runner:
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         SPEC_1X1=spec_1x1,
         EVEN_K=geo.K % bk == 0, EVEN_N=geo.C % bn == 0,
+        MASK_D=masks[0], MASK_H=masks[1], MASK_W=masks[2], TAP_BITS=most_taps <= _TAP_BITS,
         USE_INT64=geo.needs_int64,
         UPCAST=upcast,
         PRECISION=precision,
