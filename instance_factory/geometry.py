@@ -59,6 +59,35 @@ class ConvGeometry:
     def taps(self) -> int:
         return math.prod(self.filt3)
 
+    def channel_alignment(self, cap: int = 16) -> int:
+        """The largest power of two (at most ``cap``) dividing K, C and every stride of a dim longer
+        than 1 other than the channel axes, when all three tensors have unit channel stride; else 1.
+
+        Triton treats an integer argument that is not a multiple of 16 as having no divisor at all,
+        so with 8 or 24 channels per group (row strides of 8*G, 24*G) its loads fall to 2 bytes. A
+        kernel that receives these strides divided by the alignment and multiplies them back by a
+        constexpr gets its 16-byte vector loads and cp.async pipeline again (CUTLASS's "alignment").
+        """
+        tensors = ((self.x_strides, (self.G, self.N, self.C, *self.in3)),
+                   (self.w_strides, (self.G, self.K, self.C, *self.filt3)),
+                   (self.y_strides, (self.G, self.N, self.K, *self.out3)))
+        if any(strides[2] != 1 for strides, _ in tensors):
+            return 1
+        values = [self.K, self.C] + [s for strides, lens in tensors
+                                     for i, (s, n) in enumerate(zip(strides, lens)) if i != 2 and n > 1]
+        align = cap
+        while align > 1 and any(v % align for v in values):
+            align //= 2
+        return align
+
+    def strides_over(self, align: int) -> tuple[int, ...]:
+        """x, w and y strides (18 values, logical order) with all but the channel ones divided by
+        ``align`` (from channel_alignment), for a kernel that multiplies them back by a constexpr; a
+        dim of length 1 may floor, which is harmless: its index is always 0."""
+        return tuple(v if i == 2 else v // align
+                     for strides in (self.x_strides, self.w_strides, self.y_strides)
+                     for i, v in enumerate(strides))
+
 
 @dataclass(frozen=True)
 class PhaseDim:

@@ -150,6 +150,24 @@ def test_phase_table_is_per_dim():
     assert m_max == 1 * 2 * 2
 
 
+@pytest.mark.parametrize("layout_family, p, align", [
+    ("nhwgc", P(2, 3, 2, 8, 8, (3, 3), (5, 6), (1, 1), (1, 1), (1, 1), (1, 1)), 8),
+    ("nhwgc", P(2, 5, 1, 24, 24, (3, 3), (4, 5), (2, 1), (1, 1), (1, 1), (0, 1)), 8),
+    ("gnhwc", P(3, 2, 1, 10, 6, (2, 1, 3), (3, 4, 5), (1, 2, 1), (1, 1, 1), (0, 0, 1), (1, 0, 1)), 2),
+    ("nhwgc", P(1, 1, 2, 16, 32, (3,), (9,), (2,), (1,), (1,), (1,)), 16),
+    ("ngchw", P(2, 3, 2, 8, 8, (3, 3), (5, 6), (1, 1), (1, 1), (1, 1), (1, 1)), 1),
+    ("nhwgc", P(2, 2, 2, 8, 5, (3, 3), (5, 6), (1, 1), (1, 1), (1, 1), (1, 1)), 1),
+])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_channel_alignment(layout_family, p, align, dtype):
+    """Row strides, K and C reach the kernel divided by their power-of-two alignment and are
+    multiplied back there (16-byte loads for 8 or 24 channels per group): exact results for every
+    alignment, and channels-first layouts or odd C keep alignment 1."""
+    geo = ConvGeometry.build(p, layout_for(layout_family, p.ndim))
+    assert geo.channel_alignment() == align
+    run_case(p, layout_family, dtype, cfg=dict(block_m=32, block_n=16, block_k=16))
+
+
 @pytest.mark.parametrize("name, masks, most_taps", [
     ("odd-7x7-s1", (False, True, True), 3),
     ("1x5-padw", (False, False, True), 5),

@@ -74,6 +74,33 @@ def test_declines_say_why():
                                                                          DATA_TYPES["fp16"], fused)
 
 
+def test_taps_per_program_fit_shared_memory():
+    """Taps side by side shrink until one stage of operand tiles fits the pipeline's shared memory
+    (the H100 matrix had fp32 bw128_n64_w8 at 272 KiB, an OutOfResources crash); a tile that cannot
+    hold even one tap is declined with the reason."""
+    from instance_factory.kernels.grouped_rows import program_taps
+    from instance_factory.kernels.host import PIPELINE_SMEM_BUDGET
+
+    nt = program_taps(9, 32, 64, 8, 128, 4)  # G3 K24 C40 3x3, fp32, bw128_n64_w8
+    assert 0 < nt < 9 and (32 + triton.next_power_of_2(nt) * 64) * 128 * 4 <= PIPELINE_SMEM_BUDGET
+    assert program_taps(9, 32, 64, 8, 128, 2) == 5  # 2-byte data: the accumulator cap (8) decides
+    assert program_taps(9, 128, 128, 8, 1024, 4) == 0
+    p = ConvParams(2, 3, 2, 24, 40, (3, 3), (17, 17), (2, 2), (2, 2), (2, 2), (1, 1))
+    lt = layout_for("gnhwc", 2)
+    fused = FUSED_OPS["passthrough"]
+    big = ALG.config.from_values(dict(block_w=128, block_n=64, num_warps=8, num_stages=2, split=0))
+    assert ALG.decline(big, p, lt, DATA_TYPES["fp32_tf32"], fused) is None
+    huge = ALG.config.from_values(dict(block_w=1024, block_n=64, num_warps=8, num_stages=2, split=0))
+    assert "KiB of shared memory for one tap" in ALG.decline(huge, p, lt, DATA_TYPES["fp32"], fused)
+    check(p, "gnhwc", "fp32_tf32", block_w=128, block_n=64, num_warps=8, num_stages=2)
+
+
+def test_channel_alignment_vectorizes_24_channel_groups():
+    """G=5 groups of 24 channels: row strides 120 reach the kernel divided by 8 (exact results)."""
+    check(ConvParams(2, 5, 2, 24, 24, (3, 3), (6, 7), (1, 1), (1, 1), (1, 1), (1, 1)), dtype="bf16",
+          block_n=32)
+
+
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 @pytest.mark.parametrize("layout_family", ["nhwgc", "gnhwc", "ngchw", "ngchw_kcyx"])
 def test_layouts_and_ndims(ndim, layout_family):

@@ -107,14 +107,14 @@ def _next_step(kt, j_w, j_h, j_d, k_tiles, nt_w, nt_h):
 def _bwd_data_igemm_kernel(
     dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, phase_ptr,
     alpha, beta,
-    N, K, C,
+    N, K, C,  # K and C arrive divided by ALIGN
     Do, Ho, Wo,  # grad_out spatial lengths (padded to 3D)
     s_d, s_h, s_w,  # conv strides
     step_d, step_h, step_w,  # tap step per phase index j: s / gcd(s, dil)
     hstep_d, hstep_h, hstep_w,  # ho step per phase index j: dil / gcd(s, dil)
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # grad_in (and every D) strides
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # weight strides
-    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides (all but the channel ones divided by ALIGN)
     nph_d, nph_h, num_phases, num_pid_m, num_pid_n,  # num_pid_m: m-tiles of the largest phase
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPEC_1X1: tl.constexpr,  # 1x1 filter, stride 1, pad 0: plain GEMM over flat spatial index
@@ -122,6 +122,7 @@ def _bwd_data_igemm_kernel(
     MASK_D: tl.constexpr, MASK_H: tl.constexpr, MASK_W: tl.constexpr,  # a tap can leave grad_out along it
     TAP_BITS: tl.constexpr,  # every masked dim has <= 32 taps per phase: per-row tap bit masks
     USE_INT64: tl.constexpr,  # 64-bit offsets (a tensor has >= 2**31 elements)
+    ALIGN: tl.constexpr,  # ConvGeometry.channel_alignment: K, C and the row strides are multiples of it
     UPCAST: tl.constexpr,  # load bf16 operands as fp32 before tl.dot (interpreter bug triton#11584)
     PRECISION: tl.constexpr,  # tl.dot input_precision: "ieee" or "tf32" (ignored for fp16/bf16)
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
@@ -130,6 +131,11 @@ def _bwd_data_igemm_kernel(
     g = tl.program_id(1)
     if USE_INT64:
         g = g.to(tl.int64)
+    # multiplied back here so Triton sees the alignment (16-byte loads with 8 or 24 channels a group)
+    K, C = K * ALIGN, C * ALIGN
+    xs_g, xs_n, xs_d, xs_h, xs_w = xs_g * ALIGN, xs_n * ALIGN, xs_d * ALIGN, xs_h * ALIGN, xs_w * ALIGN
+    ws_g, ws_k, ws_z, ws_y, ws_x = ws_g * ALIGN, ws_k * ALIGN, ws_z * ALIGN, ws_y * ALIGN, ws_x * ALIGN
+    ys_g, ys_n, ys_d, ys_h, ys_w = ys_g * ALIGN, ys_n * ALIGN, ys_d * ALIGN, ys_h * ALIGN, ys_w * ALIGN
 
     # ---- which phase and which (m, n) tile: phase fastest, grouped rasterization of the tiles --
     phase = pid % num_phases
@@ -396,9 +402,10 @@ def bind(args: RunArgs) -> Runner:
     hsteps = [d[a] // math.gcd(s[a], d[a]) for a in range(3)]
     masks = [_needs_mask(rows[a], hsteps[a], geo.out3[a]) for a in range(3)]
     most_taps = max([row[3] for a in range(3) if masks[a] for row in rows[a]], default=0)
+    align = geo.channel_alignment()
     scalars = (
-        geo.N, geo.K, geo.C, *geo.out3, *s, *steps, *hsteps,
-        *geo.x_strides, *geo.w_strides, *geo.y_strides,
+        geo.N, geo.K // align, geo.C // align, *geo.out3, *s, *steps, *hsteps,
+        *geo.strides_over(align),
         nph_d, nph_h, n_phases, num_pid_m, num_pid_n,
     )
     kernel = BoundKernel(
@@ -408,6 +415,7 @@ def bind(args: RunArgs) -> Runner:
         EVEN_K=geo.K % bk == 0, EVEN_N=geo.C % bn == 0,
         MASK_D=masks[0], MASK_H=masks[1], MASK_W=masks[2], TAP_BITS=most_taps <= _TAP_BITS,
         USE_INT64=geo.needs_int64,
+        ALIGN=align,
         UPCAST=upcast,
         PRECISION=precision,
         OP=args.fused.code, NUM_DS=n_ds, USER_FN=user_fn_or_noop(args.user_fn),

@@ -17,12 +17,11 @@ conv_bwd_data: dx[m, (g, c)] = sum over taps hitting m's stride phase of
 conv_bwd_weight runs on the same tiles in ``grouped_rows`` (``bdrow``), which walks the reduction by
 output-row blocks; this module's own wgrad kernel (flattened positions, ~500 instructions per step
 of index math) lost every grouped and depthwise layer to bdrow or dwslide on an H100 and was retired
-in session 8. ``tile_groups``, ``_taps_per_program`` and the declines here serve both.
+in session 8. ``tile_groups``, the config checks and the common declines here serve both.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,19 +37,16 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import (
     MAX_GRID_YZ,
-    WEIGHT_DTYPES,
     DirectStyleConfig,
     num_phases,
 )
 from .host import INT32_LIMIT
 
-__all__ = ["ALGORITHM_BWD_DATA", "MAX_CHANNELS_PER_GROUP", "BlockdiagDataConfig", "decline_bwd_weight",
-           "tile_groups"]
+__all__ = ["ALGORITHM_BWD_DATA", "MAX_CHANNELS_PER_GROUP", "BlockdiagDataConfig", "tile_groups"]
 
 MAX_CHANNELS_PER_GROUP = 64  # wider groups fill igemm's own tiles
 _MIN_DOT = 16  # tl.dot's smallest tile side
 _MAX_ROWS = 128  # BLOCK_K: the rows (g, k) of a tile
-_MAX_TAPS_PER_PROGRAM = 16  # the per-position tap bit mask is an int32
 _DATA_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
 
 
@@ -85,8 +81,9 @@ def _bd_dgrad_kernel(
     MD, MH, MW,  # the largest phase's position counts per dim: ceil(in / stride)
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # result (and every D) strides
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # weight strides
-    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides (all but the channel ones divided by ALIGN)
     K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,  # per group, groups per tile
+    ALIGN: tl.constexpr,  # ConvGeometry.channel_alignment: multiplied back below so loads vectorize
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,  # (g, c) / (g, k) contiguous: flat offsets
     USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
@@ -95,6 +92,9 @@ def _bd_dgrad_kernel(
     pid_m = tl.program_id(0)
     pid_g = tl.program_id(1)
     phase = tl.program_id(2)
+    xs_g, xs_n, xs_d, xs_h, xs_w = xs_g * ALIGN, xs_n * ALIGN, xs_d * ALIGN, xs_h * ALIGN, xs_w * ALIGN
+    ws_g, ws_k, ws_z, ws_y, ws_x = ws_g * ALIGN, ws_k * ALIGN, ws_z * ALIGN, ws_y * ALIGN, ws_x * ALIGN
+    ys_g, ys_n, ys_d, ys_h, ys_w = ys_g * ALIGN, ys_n * ALIGN, ys_d * ALIGN, ys_h * ALIGN, ys_w * ALIGN
 
     # ---- the stride phase (r_d, r_h, r_w): residues below the input length only ---------------
     nr_w = tl.minimum(s_w, Wi)
@@ -199,33 +199,23 @@ def bind_bwd_data(args: RunArgs) -> Runner:
     n_pos = geo.N * md * mh * mw
     use_int64 = geo.needs_int64 or n_pos + bm >= INT32_LIMIT
     upcast, precision = _precision(args)
+    align = geo.channel_alignment()
     grid = (triton.cdiv(n_pos, bm), triton.cdiv(geo.G, gpt), num_phases(geo.in3, geo.stride3))
     kernel = BoundKernel(
         _bd_dgrad_kernel, grid,
-        K=geo.K, C=geo.C, GPT=gpt, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
         OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
         num_warps=int(cfg.num_warps),
     )
     sizes = (geo.N, geo.G, *geo.in3, *geo.out3, *geo.filt3, *geo.stride3, *geo.dil3, *geo.pad3,
-             md, mh, mw, *geo.x_strides, *geo.w_strides, *geo.y_strides)
+             md, mh, mw, *geo.strides_over(align))
 
     def run(dy, w, out, ds: tuple, alpha: float, beta: float) -> None:
         kernel(dy, w, out, *epilogue_args(ds, out), alpha, beta, *sizes)
 
     return run
-
-
-# ------------------------------------------------------------------------------------------------
-# shared with bdrow (grouped_rows.py), the grouped wgrad on these tiles
-# ------------------------------------------------------------------------------------------------
-def _taps_per_program(taps: int, bk: int, bn: int, num_warps: int) -> int:
-    """Taps folded into one program's N axis: at most 64 fp32 accumulators per thread and 16 taps
-    (the bit mask); a large filter is spread evenly over grid axis 1."""
-    cap = max(1, (64 * 32 * num_warps) // (bk * bn))
-    cap = min(1 << (cap.bit_length() - 1), _MAX_TAPS_PER_PROGRAM)
-    return triton.cdiv(taps, triton.cdiv(taps, cap))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -288,16 +278,6 @@ def decline_bwd_data(cfg: BlockdiagDataConfig, p: ConvParams, layout: LayoutTrip
     phases = num_phases(p.input, p.stride)
     return _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data") or (
         f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}" if phases > MAX_GRID_YZ else None)
-
-
-def decline_bwd_weight(cfg: _BlockdiagTile, p: ConvParams, layout: LayoutTriple, dtype: DataType,
-                       fused: FusedOp) -> str | None:
-    _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
-    taps = math.prod(p.filter)
-    nt = _taps_per_program(taps, bk, bn, cfg.num_warps)
-    return _decline_common(cfg, p, dtype, WEIGHT_DTYPES, "conv_bwd_weight") or (
-        f"the filter has {taps} taps: more than {MAX_GRID_YZ} tap blocks of {nt}"
-        if triton.cdiv(taps, nt) > MAX_GRID_YZ else None)
 
 
 ALGORITHM_BWD_DATA = register_algorithm(Algorithm(

@@ -20,6 +20,7 @@ partials and the deterministic reduce the direct-style kernels share.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,7 +34,9 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import (
+    MAX_GRID_YZ,
     MAX_SPLIT,
+    WEIGHT_DTYPES,
     _dw_finalize_kernel,
     _tap_of,
     finalize_launcher,
@@ -45,15 +48,27 @@ from .common import (
 from .grouped_blockdiag import (
     _BlockdiagTile,
     _channels_ok,
+    _decline_common,
     _packed,
     _precision,
-    _taps_per_program,
-    decline_bwd_weight,
     tile_groups,
 )
-from .host import INT32_LIMIT, pipeline_stages, sm_count
+from .host import INT32_LIMIT, PIPELINE_SMEM_BUDGET, pipeline_stages, sm_count
 
-__all__ = ["ALGORITHM_BWD_WEIGHT", "BdrowWeightConfig", "row_split"]
+__all__ = ["ALGORITHM_BWD_WEIGHT", "BdrowWeightConfig", "program_taps", "row_split"]
+
+_MAX_TAPS_PER_PROGRAM = 16
+
+
+def program_taps(taps: int, bk: int, bn: int, num_warps: int, block_w: int, elem_bytes: int) -> int:
+    """Taps side by side in one program's columns: at most 64 fp32 accumulators per thread, 16 taps,
+    and one pipeline stage of operand tiles ((bk + taps * bn) x block_w) within the shared-memory
+    budget; a large filter is spread evenly over grid axis 1. 0 when not even one tap fits."""
+    cap = max(1, (64 * 32 * num_warps) // (bk * bn))
+    cap = min(1 << (cap.bit_length() - 1), _MAX_TAPS_PER_PROGRAM)
+    while cap and (bk + cap * bn) * block_w * elem_bytes > PIPELINE_SMEM_BUDGET:
+        cap //= 2
+    return triton.cdiv(taps, triton.cdiv(taps, cap)) if cap else 0
 
 
 @triton.jit
@@ -66,8 +81,9 @@ def _bdrow_wgrad_kernel(
     s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
-    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides (all but the channel ones divided by ALIGN)
     K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
+    ALIGN: tl.constexpr,  # ConvGeometry.channel_alignment: multiplied back below so loads vectorize
     BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NT: tl.constexpr, NTP: tl.constexpr,  # taps per program and its power of two
     PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
@@ -77,6 +93,9 @@ def _bdrow_wgrad_kernel(
     pid_g = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_s = tl.program_id(2)
+    xs_g, xs_n, xs_d, xs_h, xs_w = xs_g * ALIGN, xs_n * ALIGN, xs_d * ALIGN, xs_h * ALIGN, xs_w * ALIGN
+    ws_g, ws_k, ws_z, ws_y, ws_x = ws_g * ALIGN, ws_k * ALIGN, ws_z * ALIGN, ws_y * ALIGN, ws_x * ALIGN
+    ys_g, ys_n, ys_d, ys_h, ys_w = ys_g * ALIGN, ys_n * ALIGN, ys_d * ALIGN, ys_h * ALIGN, ys_w * ALIGN
     g0 = pid_g * GPT
     t0 = pid_t * NT
 
@@ -188,7 +207,8 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     block_w, num_warps, split = int(cfg.block_w), int(cfg.num_warps), int(cfg.split)
     gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
     taps = geo.taps
-    nt = _taps_per_program(taps, bk, bn, num_warps)
+    nt = program_taps(taps, bk, bn, num_warps, block_w, args.a.element_size())
+    assert nt > 0, "declined: one tap's operand tiles overflow shared memory"
     gblocks = triton.cdiv(geo.G, gpt)
     do, ho, wo = geo.out3
     wb = triton.cdiv(wo, block_w)
@@ -203,17 +223,18 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     upcast, precision = _precision(args)
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     ntp = triton.next_power_of_2(nt)
+    align = geo.channel_alignment()
     stages = pipeline_stages((bk + ntp * bn) * block_w * args.a.element_size(), most=int(cfg.num_stages))
     main = BoundKernel(
         _bdrow_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
-        K=geo.K, C=geo.C, GPT=gpt, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
+        K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
         NT=nt, NTP=ntp,
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
         num_warps=num_warps, num_stages=stages, **epi,
     )
     sizes = (geo.G, steps, chunk, wb, do, ho, wo, *geo.in3, geo.filt3[1], geo.filt3[2], taps,
-             *geo.stride3, *geo.dil3, *geo.pad3, *geo.x_strides, *geo.w_strides, *geo.y_strides)
+             *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align))
     finalize = None if final else finalize_launcher(split, total, use_int64, epi)
     fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, geo.filt3[1], geo.filt3[2], *geo.w_strides)
     return split_runner(main, finalize, sizes, fin_sizes, split * total)
@@ -249,7 +270,20 @@ def decline(cfg: BdrowWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     slower, 12 layers), so the untuned path must not extrapolate it there."""
     if p.C == 1 and p.K == 1:
         return "depthwise (C = K = 1 per group) is dwslide's and dwstream's: bdrow's tiles would be 1/16 useful"
-    return decline_bwd_weight(cfg, p, layout, dtype, fused)
+    reason = _decline_common(cfg, p, dtype, WEIGHT_DTYPES, "conv_bwd_weight")
+    if reason:
+        return reason
+    _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
+    taps = math.prod(p.filter)
+    elem = dtype.data.itemsize
+    nt = program_taps(taps, bk, bn, cfg.num_warps, cfg.block_w, elem)
+    if nt == 0:
+        need = (bk + bn) * cfg.block_w * elem
+        return (f"block_w={cfg.block_w} x {bk}+{bn} operand columns of {dtype.name} need {need // 1024} KiB of "
+                f"shared memory for one tap, over the {PIPELINE_SMEM_BUDGET // 1024} KiB pipeline budget")
+    if triton.cdiv(taps, nt) > MAX_GRID_YZ:
+        return f"the filter has {taps} taps: more than {MAX_GRID_YZ} tap blocks of {nt}"
+    return None
 
 
 ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
