@@ -100,6 +100,20 @@ def test_append_does_not_rewrite_and_compact_sorts(tmp_path):
     assert len(lines) == 52 and lines[1].split(",")[16] == "a-new"  # one per identity, sorted
 
 
+def test_prune_drops_only_rows_of_changed_or_removed_kernels(tmp_path):
+    """``db prune``: rows whose instance is gone or whose kernel hash changed leave the file; rows of
+    current kernels stay, whatever their device, software or status."""
+    path = tmp_path / "db.csv"
+    db = D.TuningDB(path)
+    db.add([row("kept", 1.0), row("kept-failed", None, status="failed"), row("changed", 2.0),
+            row("removed", 3.0), row("kept-other-gpu", 4.0, device="NVIDIA H200")])
+    current = {"kept": "h-kept", "kept-failed": "h-kept-failed", "changed": "h-new",
+               "kept-other-gpu": "h-kept-other-gpu"}
+    assert db.prune_stale(current) == (3, 2)
+    assert sorted(db.read()["instance"]) == ["kept", "kept-failed", "kept-other-gpu"]
+    assert db.prune_stale(current) == (3, 0)
+
+
 def test_old_schema_file_is_migrated_on_its_first_write(tmp_path):
     path = tmp_path / "db.csv"
     D.TuningDB(path).add([row("a", 1.0)])

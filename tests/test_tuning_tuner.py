@@ -365,6 +365,37 @@ def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win
     assert r["instance"] == late.name and r["status"] == "pruned" and "best so far 1.5 ms" in r["reason"]
 
 
+def test_single_run_is_timed_after_an_untimed_public_call(tiers, monkeypatch):
+    """The pruning run times a public op call whose plan is already built: on the H100 the first
+    call's host work (~1 ms) outlasted the busy wait, every small-layer candidate after the first
+    read ~1 ms and was pruned against a 0.01 ms best."""
+    pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
+    cands = _simulate_gpu(monkeypatch, pr)[:3]
+    calls: dict[str, int] = {}
+    real_op_call = PL.op_call
+
+    def counting_op_call(case, inst):
+        fn = real_op_call(case, inst)
+
+        def call():
+            calls[inst.name] = calls.get(inst.name, 0) + 1
+            return fn()
+        return call
+
+    timed_after: dict[str, int] = {}
+
+    def fake_single(fn, case, inst, stage):
+        if stage == "single":
+            timed_after[inst.name] = calls.get(inst.name, 0)
+        fn()
+        return 1.0
+
+    monkeypatch.setattr(PL, "op_call", counting_op_call)
+    monkeypatch.setattr(TM, "single_run_ms", fake_single)
+    T.tune(pr, instances=[i.name for i in cands], progress=False, cudnn=False)
+    assert timed_after and all(n >= 1 for n in timed_after.values()), timed_after
+
+
 def test_deadline_keeps_finished_rows_drops_untimed_ones_and_a_rerun_resumes(tiers, monkeypatch):
     pr = Problem("conv_bwd_data", P, LAYOUT, "fp16")
     a, b, c = _simulate_gpu(monkeypatch, pr)[:3]

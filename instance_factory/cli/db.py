@@ -1,6 +1,7 @@
-"""``instance-factory db``: show, summarize, compact or evaluate the tuning databases.
+"""``instance-factory db``: show, summarize, compact, prune or evaluate the tuning databases.
 
     instance-factory db summary | instance-factory db show --problem 56x56
+    instance-factory db prune --db tuning_db/nvidia-h100-80gb-hbm3.csv  # drop rows of changed kernels
     instance-factory db evaluate                                      # leave-one-out score of the miss policy
 """
 
@@ -16,9 +17,10 @@ _SHOWN_COLUMNS = ["problem_key", "instance", "status", "median_ms", "tflops", "c
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("db", help="show or summarize the tuning databases")
-    p.add_argument("action", choices=["summary", "show", "path", "compact", "evaluate"], nargs="?",
+    p.add_argument("action", choices=["summary", "show", "path", "compact", "prune", "evaluate"], nargs="?",
                    default="summary",
-                   help="compact: rewrite the user tier (or --db) with one row per result, sorted; evaluate: "
+                   help="compact: rewrite the user tier (or --db) with one row per result, sorted; prune: drop "
+                        "the rows of the user tier (or --db) whose kernel changed or is gone; evaluate: "
                         "leave-one-out score of the miss policy on the shipped rows (or --db)")
     p.add_argument("--db", help="one database file (default: this device's system and user tiers)")
     p.add_argument("--problem", help="only problem keys containing this text")
@@ -49,6 +51,14 @@ def run(ns: argparse.Namespace) -> int:
         for path in paths:
             if path.exists() and (ns.db or path != system_db_path(dev.kind)):
                 print(f"{path}: compacted to {TuningDB(path).compact()} rows (one per identity, sorted)")
+        return 0
+    if ns.action == "prune":
+        from ..tuning.database import TuningDB
+
+        for path in paths:
+            if path.exists() and (ns.db or path != system_db_path(dev.kind)):
+                kept, dropped = TuningDB(path).prune_stale()
+                print(f"{path}: dropped {dropped} rows of changed or removed kernels, kept {kept}")
         return 0
     if ns.action == "path":
         print(f"system tier  {system_db_dir()}  (this device: {system_db_path(dev.kind)})")

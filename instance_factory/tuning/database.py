@@ -310,6 +310,22 @@ class TuningDB:
         _notify_change()
         return len(df)
 
+    def prune_stale(self, kernel_hashes: Mapping[str, str] | Callable[[str], str | None] | None = None
+                    ) -> tuple[int, int]:
+        """Drop, under the lock, the rows whose kernel no longer exists or whose kernel hash changed
+        (lookups ignore them already); rows of every device and software are kept. Returns
+        (rows kept, rows dropped). An explicit maintenance step: nothing prunes on its own."""
+        with self.lock():
+            remove_stale_temps(self.path)
+            if not self.path.exists():
+                return 0, 0
+            df = read_db(self.path)
+            keep = valid_rows(df, kernel_hashes=kernel_hashes or registry_kernel_hashes(), ok_only=False)
+            if len(keep) < len(df):
+                write_db(self.path, keep)
+        _notify_change()
+        return len(keep), len(df) - len(keep)
+
     def merge_from(self, sources: Sequence[str | os.PathLike], *, remove_sources: bool = False) -> int:
         """Fold shard files into this file, keeping the best row per identity (:func:`keep_best`).
 
