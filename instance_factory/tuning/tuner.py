@@ -23,12 +23,14 @@ Per problem:
    ||ref||`` must be within ``DATA_TYPES[dtype].tolerance``; a wrong or crashing instance is stored
    as ``failed`` and never chosen. On a GPU the kernel is loaded first (from the cache the workers
    filled; compiled here if they did not get to it) without running, and then that first run is
-   timed with CUDA events: when it exceeds the hard cap ``max(hard_cap_factor x best, best +
+   timed with CUDA events: when it and a second run (the first may still include a compile or a
+   module load) exceed the hard cap ``max(hard_cap_factor x best, best +
    hard_cap_margin_ms)`` (best: the fastest single run of the problem so far) the candidate is
    stored as ``pruned`` without being verified (an igemm tile of 128 channels on a depthwise layer
    runs for 40-580 ms where ``direct`` needs 0.2 ms);
-5. GPU: each verified candidate is timed once more through the public op call (CUDA events, the GPU
-   kept busy while the launch is queued, so only GPU time counts);
+5. GPU: each verified candidate is timed once more through the public op call, after one untimed
+   call that builds its plan (CUDA events, the GPU kept busy while the launch is queued, so only GPU
+   time counts);
 6. GPU: candidates whose single run exceeds ``max(prune_factor x best, best + prune_margin_ms)``
    (best: the fastest single run of the problem, or the best time the database already holds for
    it when a sweep resumes) are
