@@ -82,8 +82,10 @@ def test_the_reader_refuses_what_the_writer_refuses(tmp_path, kind):
 
 
 def test_shipped_database_passes_the_row_check():
-    df = D.read_db(REPO / "tuning_db" / "nvidia-h200.csv")
-    assert len(df) > 1000 and (df["schema_version"] == 1).all()  # a version-1 file, read as is
+    h200 = D.read_db(REPO / "tuning_db" / "nvidia-h200.csv")
+    assert len(h200) > 500 and (h200["schema_version"] == 1).all()  # a version-1 file, read as is
+    h100 = D.read_db(REPO / "tuning_db" / "nvidia-h100-80gb-hbm3.csv")
+    assert len(h100) > 10_000 and set(h100["status"]) <= set(D.STATUSES)
 
 
 def test_append_does_not_rewrite_and_compact_sorts(tmp_path):
