@@ -180,11 +180,8 @@ def test_row_masks_only_where_taps_leave_grad_out(name, masks, most_taps):
     masks hold at most 32 taps (the 40-tap cases take the compare path; test_geometry runs both)."""
     p = GEOMETRY[name]
     geo = ConvGeometry.build(p, layout_for("nhwgc", p.ndim))
-    rows = mod._phase_rows(geo, False)
     hsteps = [geo.dil3[a] // math.gcd(geo.stride3[a], geo.dil3[a]) for a in range(3)]
-    got = tuple(mod._needs_mask(rows[a], hsteps[a], geo.out3[a]) for a in range(3))
-    assert got == masks
-    assert max([r[3] for a in range(3) if got[a] for r in rows[a]], default=0) == most_taps
+    assert mod._row_masks(mod._phase_rows(geo, False), hsteps, geo.out3) == (masks, most_taps)
 
 
 # ------------------------------------------------------------------------------------------------

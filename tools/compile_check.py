@@ -103,12 +103,12 @@ def memory_ops(kernel) -> str:
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
 
 
-def dump_sass(kernel, stem: str) -> None:
-    """``stem``.sass (cuobjdump --dump-sass of the cubin) and ``stem``.ptx: read the inner loop's
-    instruction mix without a GPU."""
+def dump_sass(kernel, stem: str, sass: str) -> None:
+    """``stem``.sass (``sass``: cuobjdump --dump-sass of the cubin) and ``stem``.ptx: read the inner
+    loop's instruction mix without a GPU."""
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     with open(stem + ".sass", "w") as f:
-        f.write(_cuobjdump(kernel, "--dump-sass"))
+        f.write(sass)
     with open(stem + ".ptx", "w") as f:
         f.write(kernel.asm["ptx"])
 
@@ -120,20 +120,18 @@ def inner_loops(sass: str) -> list[dict]:
     """The SASS loops (a backward branch and its target), innermost first by size: instruction count
     and the opcodes that matter for an issue-bound loop (HGMMA, integer division's IABS, IMAD,
     loads). This is how index math in a reduction loop shows up without a GPU."""
-    insts = [(int(a, 16), op) for a, _, op, _ in _SASS_LINE.findall(sass)]
+    insts = [(int(a, 16), op, rest) for a, _, op, rest in _SASS_LINE.findall(sass)]
     loops = []
-    for a, _, op, rest in _SASS_LINE.findall(sass):
-        m = re.search(r"`?\(?\.L_x_\d+\)?|0x([0-9a-f]+)", rest)
-        if not op.startswith("BRA") or m is None or m.group(1) is None:
+    for src, op, rest in insts:
+        target = re.search(r"0x([0-9a-f]+)", rest)
+        if not op.startswith("BRA") or target is None or int(target.group(1), 16) >= src:
             continue
-        src, dst = int(a, 16), int(m.group(1), 16)
-        if dst < src:
-            body = [o for addr, o in insts if dst <= addr <= src]
-            mix = {}
-            for o in body:
-                head = o.split(".")[0]
-                mix[head] = mix.get(head, 0) + 1
-            loops.append({"start": dst, "end": src, "instructions": len(body), "mix": mix})
+        dst = int(target.group(1), 16)
+        mix: dict[str, int] = {}
+        for addr, o, _ in insts:
+            if dst <= addr <= src:
+                mix[o.split(".")[0]] = mix.get(o.split(".")[0], 0) + 1
+        loops.append({"start": dst, "end": src, "instructions": sum(mix.values()), "mix": mix})
     return sorted(loops, key=lambda lp: lp["instructions"])
 
 
@@ -191,12 +189,13 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     k = compile_launch(fn, call_args, constexprs, target)
                     use = resource_usage(k)
+                    sass = _cuobjdump(k, "--dump-sass") if ns.sass or ns.loops else ""
                     if ns.sass:
-                        dump_sass(k, os.path.join(ns.sass, f"{inst.name}.{fn.__name__}"))
+                        dump_sass(k, os.path.join(ns.sass, f"{inst.name}.{fn.__name__}"), sass)
                     print(f"{inst.name:90s} {fn.__name__:22s} regs {use.get('reg', -1):4d} "
                           f"stack {use.get('stack', -1):4d} smem {k.metadata.shared:6d}  {memory_ops(k)}")
                     if ns.loops:
-                        print(_loop_summary(_cuobjdump(k, "--dump-sass")))
+                        print(_loop_summary(sass))
                 except Exception as exc:  # report and go on: the point is the list of failures
                     failures += 1
                     print(f"{inst.name:90s} {fn.__name__:24s} FAILED {type(exc).__name__}: {str(exc)[:300]}")

@@ -102,7 +102,7 @@ def _runner(fam: str, cfg: dict, case):
     why = why or alg.decline(kcfg, p, lt, dt, fused)
     if why:
         return None, None, why
-    out = torch.empty(lt.shape("weight" if op == "conv_bwd_weight" else "input", p), device=DEV, dtype=dt.result or dt.data)
+    out = torch.empty(case.ref.shape, device=DEV, dtype=dt.result or dt.data)
     args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=1.0, beta=0.0,
                    a=case.a, b=case.b, ds=(), out=out, cfg=kcfg)
     run = alg.bind(args)

@@ -45,18 +45,15 @@ def run(ns: argparse.Namespace) -> int:
         paths = [resolve_db(ns.db, dev).path]
     else:
         paths = [system_db_path(dev.kind), user_db_path(dev.kind)]
-    if ns.action == "compact":
+    if ns.action in ("compact", "prune"):  # rewrites: the user tier, or the file --db names
         from ..tuning.database import TuningDB
 
         for path in paths:
-            if path.exists() and (ns.db or path != system_db_path(dev.kind)):
+            if not path.exists() or (not ns.db and path == system_db_path(dev.kind)):
+                continue
+            if ns.action == "compact":
                 print(f"{path}: compacted to {TuningDB(path).compact()} rows (one per identity, sorted)")
-        return 0
-    if ns.action == "prune":
-        from ..tuning.database import TuningDB
-
-        for path in paths:
-            if path.exists() and (ns.db or path != system_db_path(dev.kind)):
+            else:
                 kept, dropped = TuningDB(path).prune_stale()
                 print(f"{path}: dropped {dropped} rows of changed or removed kernels, kept {kept}")
         return 0

@@ -370,6 +370,14 @@ def _needs_mask(rows: list[tuple[int, ...]], ho_step: int, n_out: int) -> bool:
                for _, cnt, _, nt, hb in rows)
 
 
+def _row_masks(rows: list[list[tuple[int, ...]]], hsteps: list[int], out3: tuple[int, int, int]
+               ) -> tuple[tuple[bool, bool, bool], int]:
+    """(per dim D, H, W: whether the loop masks rows along it, the most taps a phase has along a
+    masked dim): tap bit masks hold _TAP_BITS taps, past that the loop compares."""
+    masks = tuple(_needs_mask(rows[a], hsteps[a], out3[a]) for a in range(3))
+    return masks, max([row[3] for a in range(3) if masks[a] for row in rows[a]], default=0)
+
+
 def _packed(strides: tuple[int, ...], lens: tuple[int, int, int]) -> bool:
     """Spatial dims d, h, w laid out back to back (flat index * w stride addresses them)."""
     sd, sh, sw = strides
@@ -400,8 +408,7 @@ def bind(args: RunArgs) -> Runner:
     s, d = geo.stride3, geo.dil3
     steps = [s[a] // math.gcd(s[a], d[a]) for a in range(3)]
     hsteps = [d[a] // math.gcd(s[a], d[a]) for a in range(3)]
-    masks = [_needs_mask(rows[a], hsteps[a], geo.out3[a]) for a in range(3)]
-    most_taps = max([row[3] for a in range(3) if masks[a] for row in rows[a]], default=0)
+    masks, most_taps = _row_masks(rows, hsteps, geo.out3)
     align = geo.channel_alignment()
     scalars = (
         geo.N, geo.K // align, geo.C // align, *geo.out3, *s, *steps, *hsteps,

@@ -60,13 +60,19 @@ __all__ = ["ALGORITHM_BWD_WEIGHT", "BdrowWeightConfig", "program_taps", "row_spl
 _MAX_TAPS_PER_PROGRAM = 16
 
 
+def _stage_bytes(bk: int, bn: int, taps: int, block_w: int, elem_bytes: int) -> int:
+    """Shared memory of one pipeline stage: the dy tile (bk rows) and ``taps`` x tiles (bn rows each),
+    block_w positions wide."""
+    return (bk + taps * bn) * block_w * elem_bytes
+
+
 def program_taps(taps: int, bk: int, bn: int, num_warps: int, block_w: int, elem_bytes: int) -> int:
     """Taps side by side in one program's columns: at most 64 fp32 accumulators per thread, 16 taps,
     and one pipeline stage of operand tiles ((bk + taps * bn) x block_w) within the shared-memory
     budget; a large filter is spread evenly over grid axis 1. 0 when not even one tap fits."""
     cap = max(1, (64 * 32 * num_warps) // (bk * bn))
     cap = min(1 << (cap.bit_length() - 1), _MAX_TAPS_PER_PROGRAM)
-    while cap and (bk + cap * bn) * block_w * elem_bytes > PIPELINE_SMEM_BUDGET:
+    while cap and _stage_bytes(bk, bn, cap, block_w, elem_bytes) > PIPELINE_SMEM_BUDGET:
         cap //= 2
     return triton.cdiv(taps, triton.cdiv(taps, cap)) if cap else 0
 
@@ -224,7 +230,7 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     ntp = triton.next_power_of_2(nt)
     align = geo.channel_alignment()
-    stages = pipeline_stages((bk + ntp * bn) * block_w * args.a.element_size(), most=int(cfg.num_stages))
+    stages = pipeline_stages(_stage_bytes(bk, bn, ntp, block_w, args.a.element_size()), most=int(cfg.num_stages))
     main = BoundKernel(
         _bdrow_wgrad_kernel, (gblocks, triton.cdiv(taps, nt), split),
         K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
@@ -278,7 +284,7 @@ def decline(cfg: BdrowWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     elem = dtype.data.itemsize
     nt = program_taps(taps, bk, bn, cfg.num_warps, cfg.block_w, elem)
     if nt == 0:
-        need = (bk + bn) * cfg.block_w * elem
+        need = _stage_bytes(bk, bn, 1, cfg.block_w, elem)
         return (f"block_w={cfg.block_w} x {bk}+{bn} operand columns of {dtype.name} need {need // 1024} KiB of "
                 f"shared memory for one tap, over the {PIPELINE_SMEM_BUDGET // 1024} KiB pipeline budget")
     if triton.cdiv(taps, nt) > MAX_GRID_YZ:
