@@ -32,6 +32,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "num_stages": "s",
     "split_k": "sk",
     "block_w": "bw",
+    "block_h": "bh",
     "block_p": "p",
     "block_ch": "ch",
     "split": "sp",

@@ -26,6 +26,11 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+except ImportError:  # an older Triton: no descriptor arguments to type
+    TensorDescriptor = None
+
 from instance_factory import fast_launch, ops  # noqa: E402
 from instance_factory.dtypes import op_kwargs  # noqa: E402
 from instance_factory.harness.operands import make_problem_tensors  # noqa: E402
@@ -38,6 +43,8 @@ _PTR_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*
 
 
 def _arg_type(v) -> str:
+    if TensorDescriptor is not None and isinstance(v, TensorDescriptor):
+        return f"tensordesc<{_PTR_TYPES[v.base.dtype][1:]}{list(v.block_shape)}>"
     if isinstance(v, torch.Tensor):
         return _PTR_TYPES[v.dtype]
     if isinstance(v, bool):
@@ -136,7 +143,7 @@ def inner_loops(sass: str) -> list[dict]:
 
 
 def _loop_summary(sass: str) -> str:
-    keep = ("HGMMA", "IABS", "IMAD", "IADD3", "ISETP", "LDG", "LDGSTS", "LOP3", "SEL", "SHF", "LEA", "I2F", "F2I")
+    keep = ("HGMMA", "UTMALDG", "LDSM", "BAR", "IABS", "IMAD", "IADD3", "ISETP", "LDG", "LDGSTS", "LOP3", "SEL", "SHF", "LEA", "I2F", "F2I")
     out = []
     for lp in inner_loops(sass):
         mix = " ".join(f"{k}:{lp['mix'][k]}" for k in keep if k in lp["mix"])

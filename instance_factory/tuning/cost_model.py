@@ -40,6 +40,11 @@ MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the cor
 DEFAULT_SMS = 132
 MAX_SPLIT = 64
 
+# Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
+# time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
+# call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound.
+HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03}
+
 # ---- neighbour search -----------------------------------------------------------------------
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
                    "G": 0.5}
@@ -133,6 +138,10 @@ def _signature_of_json(algorithm: str, params_json: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # the analytic model
 # ----------------------------------------------------------------------------------------------
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def _compute_type(dtype: str) -> str:
     return {"fp32_tf32": "tf32", "fp16_fp8": "fp8", "bf16_fp32w": "bf16"}.get(dtype, dtype)
 
@@ -148,10 +157,20 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
-    if "block_m" in cfg and "block_n" in cfg:
+    if ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
         batch, m, n, k = gemm_shape(op, params, algorithm)
-        bm, bn = int(cfg["block_m"]), int(cfg["block_n"])
-        tiles = batch * -(-m // bm) * -(-n // bn)
+        bn = int(cfg["block_n"])
+        if "block_h" in cfg:  # tma dgrad: block_h x block_w patches of each phase's (h, w) plane
+            bh, bw = int(cfg["block_h"]), int(cfg["block_w"])
+            bm = bh * bw
+            in_d, in_h, in_w = (1, 1, *params.input)[-3:]
+            s_d, s_h, s_w = (1, 1, *params.stride)[-3:]
+            patches = (params.N * _cdiv(in_d, s_d) * _cdiv(_cdiv(in_h, s_h), bh)
+                       * _cdiv(_cdiv(in_w, s_w), bw))
+            tiles = batch * patches * -(-n // bn)
+        else:
+            bm = int(cfg["block_m"])
+            tiles = batch * -(-m // bm) * -(-n // bn)
         split = int(cfg.get("split_k", 1) or 0)
         if split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
@@ -217,12 +236,13 @@ class Evidence:
         return ev
 
     def floor(self, op: str, algorithm: str) -> float:
-        """The algorithm's host floor; one never measured gets the pass's lowest (one launch at least)."""
+        """The algorithm's host floor; one never measured gets the pass's lowest (one launch at least).
+        Never below its per-call host cost (HOST_COST_MS): timings are GPU time only."""
         got = self.host_floor_ms.get((op, algorithm))
         if got is None:
             known = [v for (o, _), v in self.host_floor_ms.items() if o == op]
             got = min(known) if known else 0.0
-        return got
+        return max(got, HOST_COST_MS.get((op, algorithm), 0.0))
 
 
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
