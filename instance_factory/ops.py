@@ -217,6 +217,21 @@ _HOT: dict[tuple, tuple[_Plan, Runner]] = {}
 _LOOKUP: list[Any] = [None]  # the lookup module, once a call has needed it (set before _HOT fills)
 
 
+def hot_runner(op: str, params: ConvParams, layout: str | LayoutTriple, dtype: torch.dtype,
+               device: torch.device) -> Runner | None:
+    """The bound runner that an ``instance=None`` call without Ds and with default arguments last used
+    for this problem (the hot cache), or None. Callers that keep it must drop it when the lookup cache
+    clears (``tuning.lookup.CLEAR_HOOKS``) and call :func:`recheck_database` before each use."""
+    hot = _HOT.get((op, params, layout, dtype, device, "passthrough", None, None))
+    return None if hot is None else hot[1]
+
+
+def recheck_database() -> None:
+    """The hot path's throttled check for rows another process wrote (clears the caches on a change)."""
+    if _LOOKUP[0] is not None:
+        _LOOKUP[0].recheck_files()
+
+
 def _launch(run: Runner, device: torch.device, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, ds: tuple,
             alpha: float, beta: float) -> None:
     if device.type == "cuda" and device.index != torch.cuda.current_device():

@@ -141,6 +141,36 @@ def test_contiguous_input_with_channels_last_weight_and_odd_strides():
     assert gx.is_contiguous() and gw.stride() == w.stride()
 
 
+def test_repeat_calls_take_the_cached_runner_and_stay_exact():
+    """The eager backward caches, per problem, the runner of a call that needed no copy or cast, and
+    hands it the PyTorch tensors on the next call with the same shapes and strides; a call whose grad_out
+    has other strides (a copy is needed) takes the full path. Both give the float64 answer."""
+    from instance_factory.torch import custom_ops
+
+    custom_ops._REPEAT.clear()
+    x = _leaf(torch.randn(2, 8, 6, 5, device=DEV), memory_format=torch.channels_last)
+    w = _leaf(torch.randn(6, 4, 3, 3, device=DEV), memory_format=torch.channels_last)
+    rx = rw = None
+    for i, g in enumerate([torch.randn(2, 6, 6, 5, device=DEV).to(memory_format=torch.channels_last)] * 2
+                          + [torch.randn(2, 6, 6, 5, device=DEV)]):  # the last one: contiguous, not channels-last
+        out = ift.conv2d(x, w, padding=1, groups=2)
+        gx, gw = torch.autograd.grad(out, (x, w), g)
+        rx, rw = torch.autograd.grad(torch.nn.functional.conv2d(x.double(), w.double(), padding=1, groups=2),
+                                     (x, w), g.double())
+        assert rel_error(gx, rx) <= 1e-5 and rel_error(gw, rw) <= 1e-5, i
+        assert gx.stride() == x.stride() and gw.stride() == w.stride()
+        assert len(custom_ops._REPEAT) == 2  # data and weight, from the first call on
+    launched = []
+    real = core_ops._launch
+    core_ops._launch = lambda run, *a: launched.append(run) or real(run, *a)
+    try:
+        g = torch.randn(2, 6, 6, 5, device=DEV).to(memory_format=torch.channels_last)
+        torch.autograd.grad(ift.conv2d(x, w, padding=1, groups=2), (x, w), g)
+    finally:
+        core_ops._launch = real
+    assert set(launched) == {r.run for r in custom_ops._REPEAT.values()}
+
+
 def test_unbatched_input_and_valid_padding():
     x = _leaf(torch.randn(3, 9, device=DEV))
     w = _leaf(torch.randn(2, 3, 4, device=DEV))

@@ -55,6 +55,9 @@ PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's wors
     "seed_3x3_s2": ConvParams(2, 1, 128, 256, 128, (3, 3), (71, 71), (2, 2), (1, 1), (1, 1), (1, 1)),
     "unet3d_3x3x3": ConvParams(3, 1, 2, 64, 64, (3, 3, 3), (32, 64, 64), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
     "audio_1d_k3": ConvParams(1, 1, 16, 512, 512, (3,), (4096,), (1,), (1,), (1,), (1,)),
+    # stems: 3 input channels (ResNet-50 7x7 s2 at batch 64, R3D-18 3x7x7 at batch 32)
+    "r50_stem_7x7": ConvParams(2, 1, 64, 64, 3, (7, 7), (224, 224), (2, 2), (1, 1), (3, 3), (3, 3)),
+    "r3d_stem": ConvParams(3, 1, 32, 64, 3, (3, 7, 7), (16, 112, 112), (1, 2, 2), (1, 1, 1), (1, 3, 3), (1, 3, 3)),
 }
 
 # (family, config): dwstream around the YAML grid and past it; the session-5 winners for reference
