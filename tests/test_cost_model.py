@@ -99,3 +99,21 @@ def test_leave_one_out_on_the_shipped_database_is_near_the_tuned_best(loo):
     assert overall["below_0.5"] <= 0.02 * overall["problems"], summary_markdown(loo)
     for op in ("conv_bwd_data", "conv_bwd_weight"):
         assert s[(op, "dense")]["geomean"] >= 0.8, summary_markdown(loo)
+
+
+def test_a_disturbed_timing_counts_with_its_p20():
+    """Host contention only adds time to a short kernel's events: a row whose p80 is over twice its
+    p20 stands for its p20, a steady one for its median; no finite positive time gives None."""
+    steady = {"median_ms": 0.05, "p20_ms": 0.048, "p80_ms": 0.055}
+    disturbed = {"median_ms": 0.0646, "p20_ms": 0.0236, "p80_ms": 0.2422}
+    assert C.kernel_ms(steady) == 0.05
+    assert C.kernel_ms(disturbed) == 0.0236
+    assert C.kernel_ms({"median_ms": 0.05, "p20_ms": float("nan"), "p80_ms": None}) == 0.05
+    assert C.kernel_ms({"median_ms": float("nan")}) is None and C.kernel_ms({"median_ms": 0}) is None
+    # the evidence ranks a problem's kernels by it: the disturbed run is the faster kernel here
+    p = ConvParams(2, 1, 2, 16, 16, (1, 1), (8, 8), (1, 1), (1, 1), (0, 0), (0, 0))
+    key = f"conv_bwd_data|NHWGC/GKYXC/NHWGK|bf16|passthrough|{p.key()}"
+    rows = [{"problem_key": key, "status": "ok", "instance": name, "algorithm": "igemm", "instance_params": "{}",
+             **t} for name, t in (("a", steady), ("b", disturbed))]
+    ev = C.Evidence.from_rows(rows)
+    assert ev.problems[0].winner == "b" and ev.problems[0].best_ms == 0.0236

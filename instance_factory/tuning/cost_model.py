@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape", "model_ms",
+__all__ = ["Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape", "kernel_ms", "model_ms",
            "neighbor_distance", "rank", "signature"]
 
 # ---- the model's constants (H100/H200 class; the neighbour correction absorbs the rest) ------
@@ -57,6 +57,7 @@ DEVICE_PENALTY = 1.0  # a row measured on another GPU kind (used where this devi
 NEIGHBORS_PER_KERNEL = 3
 NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
+NOISY_SPREAD = 2.0  # kernel_ms: a row with p80 > this x p20 was disturbed; its p20 stands for it
 DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
 # neighbour weights fall as distance^-3: the same layer at another batch size (distance ~1) must
 # outvote layers of another network (~2). Leave-one-out over the H100 rows (db evaluate): power 1
@@ -245,6 +246,25 @@ class Evidence:
         return max(got, HOST_COST_MS.get((op, algorithm), 0.0))
 
 
+def kernel_ms(r: Mapping[str, Any]) -> float | None:
+    """A timed row's estimate of its kernel's time: the median, or the p20 when the run was disturbed
+    (p80 over NOISY_SPREAD x p20: host contention on the tuning machine, e.g. its compile pool, only
+    ever adds time to a short kernel's events). None for a row without a finite positive time."""
+    try:
+        med = float(r["median_ms"])
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not (math.isfinite(med) and med > 0):
+        return None
+    try:
+        p20, p80 = float(r.get("p20_ms")), float(r.get("p80_ms"))
+    except (TypeError, ValueError):
+        return med
+    if math.isfinite(p20) and math.isfinite(p80) and 0 < p20 and p80 > NOISY_SPREAD * p20:
+        return p20
+    return med
+
+
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
                     floors: dict[tuple[str, str], list[float]]) -> list[_Tuned]:
     """One entry per (device, problem) with an ok row, holding log(ms) per kernel signature; adds the
@@ -258,30 +278,23 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
     out = []
     for (_, key), group in groups.items():
         op, layout, dtype, fused, pkey = split_problem_key(key)
-        ok = [r for r in group if r["status"] == "ok" and _finite(r.get("median_ms"))]
+        ok = [r for r in group if r["status"] == "ok" and kernel_ms(r) is not None]
         if not ok:
             continue
         params = ConvParams.from_key(pkey)
-        best = min(ok, key=lambda r: (float(r["median_ms"]), r["instance"]))
-        t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), float(best["median_ms"]),
+        best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
+        t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
         for r in group:
             alg, sig = r["algorithm"], signature(r["algorithm"], r["instance_params"])
-            timed = r["status"] in ("ok", "pruned") and _finite(r.get("median_ms"))
-            ms = float(r["median_ms"]) if timed else FAILED_FACTOR * t.best_ms
+            timed = r["status"] in ("ok", "pruned") and kernel_ms(r) is not None
+            ms = kernel_ms(r) if timed else FAILED_FACTOR * t.best_ms
             if timed and r["status"] == "ok":
                 floors.setdefault((op, alg), []).append(ms)
             t.algorithms[sig] = alg
             t.corrections[sig] = max(t.corrections.get(sig, -math.inf), math.log(ms))
         out.append(t)
     return out
-
-
-def _finite(v: Any) -> bool:
-    try:
-        return math.isfinite(float(v)) and float(v) > 0
-    except (TypeError, ValueError):
-        return False
 
 
 def _quantile(xs: Sequence[float], q: float) -> float:

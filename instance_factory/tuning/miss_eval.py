@@ -15,17 +15,14 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .cost_model import FAILED_FACTOR, Evidence, conv_class, rank
+from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank
 
 __all__ = ["evaluate_databases", "leave_one_out", "summarize", "summary_markdown"]
 
 
 def _measured(r: Mapping[str, Any]) -> float | None:
-    try:
-        v = float(r["median_ms"])
-    except (TypeError, ValueError):
-        return None
-    return v if r["status"] in ("ok", "pruned") and math.isfinite(v) and v > 0 else None
+    """The row's kernel time (``cost_model.kernel_ms``: a disturbed run counts with its p20)."""
+    return kernel_ms(r) if r["status"] in ("ok", "pruned") else None
 
 
 _FEATURE_WEIGHTS = {"G": 1.0, "N": 1.0, "K": 1.0, "C": 1.0, "out": 1.0, "filter": 4.0, "stride": 4.0,
