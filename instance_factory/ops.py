@@ -217,12 +217,17 @@ _HOT: dict[tuple, tuple[_Plan, Runner]] = {}
 _LOOKUP: list[Any] = [None]  # the lookup module, once a call has needed it (set before _HOT fills)
 
 
+def _hot_key(op: str, params: ConvParams, layout: str | LayoutTriple, dtype: torch.dtype, device: torch.device,
+             fused_op: Any, wei_dtype: torch.dtype | None, compute_dtype: str | None) -> tuple:
+    return op, params, layout, dtype, device, fused_op, wei_dtype, compute_dtype
+
+
 def hot_runner(op: str, params: ConvParams, layout: str | LayoutTriple, dtype: torch.dtype,
                device: torch.device) -> Runner | None:
     """The bound runner that an ``instance=None`` call without Ds and with default arguments last used
     for this problem (the hot cache), or None. Callers that keep it must drop it when the lookup cache
     clears (``tuning.lookup.CLEAR_HOOKS``) and call :func:`recheck_database` before each use."""
-    hot = _HOT.get((op, params, layout, dtype, device, "passthrough", None, None))
+    hot = _HOT.get(_hot_key(op, params, layout, dtype, device, "passthrough", None, None))
     return None if hot is None else hot[1]
 
 
@@ -248,13 +253,13 @@ def _call(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTripl
     ds = ds if type(ds) is tuple else tuple(ds)
     hot_key = None
     if instance is None and not ds and isinstance(a, torch.Tensor):
-        hot_key = (op, params, layout, a.dtype, a.device, fused_op, wei_dtype, compute_dtype)
+        hot_key = _hot_key(op, params, layout, a.dtype, a.device, fused_op, wei_dtype, compute_dtype)
         try:
             hot = _HOT.get(hot_key)
         except TypeError:  # unhashable description
             hot, hot_key = None, None
         if hot is not None:
-            _LOOKUP[0].recheck_files()  # another process's new rows: clears _HOT through the lookup cache
+            recheck_database()  # another process's new rows: clears _HOT through the lookup cache
             hot = _HOT.get(hot_key)
         if hot is not None:
             plan, run = hot

@@ -40,16 +40,18 @@ def P(ndim, G, N, K, C, f, i, s, d, lp, rp):  # noqa: N802 - mirrors ConvParams'
 
 def run_case(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", cfg: dict | None = None,
              op="passthrough", n_ds: int = 0, alpha: float = 1.0, beta: float = 1.0, user_ref=None,
-             seed: int = 0) -> float:
-    """Launch the igemm Algorithm on fresh random data and compare with the float64 reference."""
+             seed: int = 0, alg=None, base_cfg: dict | None = None) -> float:
+    """Launch a bwd-data Algorithm (igemm unless ``alg``; its config ``base_cfg`` updated by ``cfg``) on
+    fresh random data, the result NaN-poisoned, and compare with the float64 reference."""
+    alg = alg or ALG
     torch.manual_seed(seed)
     lt = layout_for(layout_family, p.ndim)
     dt = DATA_TYPES[dtype]
     res_dtype = dt.result or dt.data
-    cfg = ALG.config.from_values({**BASE_CFG, **(cfg or {})})
+    cfg = alg.config.from_values({**(BASE_CFG if base_cfg is None else base_cfg), **(cfg or {})})
     fused, user_fn = resolve_fused_op(op, n_ds)
-    assert ALG.check_config(cfg) is None, ALG.check_config(cfg)
-    assert ALG.decline(cfg, p, lt, dt, fused) is None, ALG.decline(cfg, p, lt, dt, fused)
+    assert alg.check_config(cfg) is None, alg.check_config(cfg)
+    assert alg.decline(cfg, p, lt, dt, fused) is None, alg.decline(cfg, p, lt, dt, fused)
 
     dy = torch.randn(lt.shape("output", p), device=DEV).to(dt.data)
     w = torch.randn(lt.shape("weight", p), device=DEV).to(dt.data)
@@ -57,7 +59,7 @@ def run_case(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", c
     out = torch.full(lt.shape("input", p), float("nan"), dtype=res_dtype, device=DEV)
     args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=alpha, beta=beta,
                    a=dy, b=w, ds=ds, out=out, cfg=cfg)
-    assert ALG.launch(args) is None
+    assert alg.launch(args) is None
     ref = ref_conv_bwd_data(dy, w, p, lt.name, ds=ds, op=op, alpha=alpha, beta=beta, user_ref=user_ref)
     err = rel_error(out, ref)
     assert err <= dt.tolerance, f"{p} {lt.name} {dtype} {cfg} op={op}: rel error {err:.3e} > {dt.tolerance}"

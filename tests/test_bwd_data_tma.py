@@ -12,24 +12,23 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+import test_bwd_data_igemm as igemm_tests  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from instance_factory.algorithms import ALGORITHMS, RunArgs, interpreting  # noqa: E402
+from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
-from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels import bwd_data_tma  # noqa: E402, F401  (registers the algorithm)
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
-from instance_factory.reference import ref_conv_bwd_data, rel_error  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() and not interpreting(),
     reason="needs a CUDA GPU or TRITON_INTERPRET=1",
 )
 
-DEV = "cpu" if interpreting() else "cuda"
 ALG = ALGORITHMS[("conv_bwd_data", "tma")]
 # small patches in the interpreter; on a GPU the registered tiles' smallest shapes
 BASE_CFG = dict(block_h=8, block_w=8, block_n=16, block_k=16, num_warps=4, num_stages=2)
@@ -40,29 +39,9 @@ def P(ndim, G, N, K, C, f, i, s, d, lp, rp):  # noqa: N802 - mirrors ConvParams'
 
 
 def run_case(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", cfg: dict | None = None,
-             op="passthrough", n_ds: int = 0, alpha: float = 1.0, beta: float = 1.0, user_ref=None,
-             seed: int = 0) -> float:
-    """Launch the tma Algorithm on fresh random data (NaN-poisoned result) against float64."""
-    torch.manual_seed(seed)
-    lt = layout_for(layout_family, p.ndim)
-    dt = DATA_TYPES[dtype]
-    res_dtype = dt.result or dt.data
-    cfg = ALG.config.from_values({**BASE_CFG, **(cfg or {})})
-    fused, user_fn = resolve_fused_op(op, n_ds)
-    assert ALG.check_config(cfg) is None, ALG.check_config(cfg)
-    assert ALG.decline(cfg, p, lt, dt, fused) is None, ALG.decline(cfg, p, lt, dt, fused)
-
-    dy = torch.randn(lt.shape("output", p), device=DEV).to(dt.data)
-    w = torch.randn(lt.shape("weight", p), device=DEV).to(dt.data)
-    ds = tuple(torch.randn(lt.shape("input", p), device=DEV).to(res_dtype) for _ in range(n_ds))
-    out = torch.full(lt.shape("input", p), float("nan"), dtype=res_dtype, device=DEV)
-    args = RunArgs(params=p, layout=lt, dtype=dt, fused=fused, user_fn=user_fn, alpha=alpha, beta=beta,
-                   a=dy, b=w, ds=ds, out=out, cfg=cfg)
-    assert ALG.launch(args) is None
-    ref = ref_conv_bwd_data(dy, w, p, lt.name, ds=ds, op=op, alpha=alpha, beta=beta, user_ref=user_ref)
-    err = rel_error(out, ref)
-    assert err <= dt.tolerance, f"{p} {lt.name} {dtype} {cfg} op={op}: rel error {err:.3e} > {dt.tolerance}"
-    return err
+             **kw) -> float:
+    """igemm's test runner (fresh random data, NaN-poisoned result, float64 reference) on tma."""
+    return igemm_tests.run_case(p, layout_family, dtype, cfg, alg=ALG, base_cfg=BASE_CFG, **kw)
 
 
 GEOMETRY = {

@@ -21,6 +21,7 @@ and the D tensors are written through pointers (once per tile), so any output la
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_data_igemm import _next_step, _phase_rows, _phase_table
-from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2
+from .host import SMEM_PER_BLOCK, check_num_stages, is_pow2, operand_smem_bytes
 
 try:  # Triton >= 3.4: host-side tensor descriptors
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -192,7 +193,7 @@ class BwdDataTmaConfig(KernelConfig):
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """Operand boxes the pipeline keeps in shared memory."""
-        return max(1, self.num_stages) * (self.block_m + self.block_n) * self.block_k * elem_bytes
+        return operand_smem_bytes(self.num_stages, self.block_m, self.block_n, self.block_k, elem_bytes)
 
     @classmethod
     def missing_reason(cls, missing: list[str]) -> str:
@@ -254,6 +255,23 @@ def _aligned_strides(shape: list[int], strides: list[int], elem: int) -> list[in
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
+    """((dy shape, dy strides), (w shape, w strides)) ready for TMA descriptors of ``elem``-byte
+    (``dtype_name``) elements, or why the problem's tensors cannot have them. Cached: every tma config of a problem
+    asks (decline), then bind."""
+    geo = ConvGeometry.build(params, layout)
+    dy, w = _dy_view(geo), _w_view(geo)
+    if dy is None or w is None:
+        return (f"tma needs grad_out with unit K stride and a weight with unit C stride and packed taps "
+                f"(the NHWGC / GNHWC families); layout {layout.name} has neither or one")
+    dy_strides, w_strides = _aligned_strides(*dy, elem), _aligned_strides(*w, elem)
+    if dy_strides is None or w_strides is None:
+        return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
+                f"16 bytes for {dtype_name}; igemm runs it")
+    return (tuple(dy[0]), tuple(dy_strides)), (tuple(w[0]), tuple(w_strides))  # cached: immutable
+
+
 def _with_base(template: TensorDescriptor, base: torch.Tensor) -> TensorDescriptor:
     """``template`` over ``base`` (same shape, strides and box). TMA needs a 16-byte aligned base: a
     view that starts elsewhere is copied (the public ops pass whole tensors, so this is rare)."""
@@ -275,14 +293,9 @@ def decline(cfg: BwdDataTmaConfig, params: ConvParams, layout: LayoutTriple, dty
     if params.G > _MAX_GRID_Y:
         return f"G={params.G} is over the {_MAX_GRID_Y} groups the launch grid's y axis holds"
     elem = dtype.data.itemsize
-    geo = ConvGeometry.build(params, layout)
-    dy, w = _dy_view(geo), _w_view(geo)
-    if dy is None or w is None:
-        return (f"tma needs grad_out with unit K stride and a weight with unit C stride and packed taps "
-                f"(the NHWGC / GNHWC families); layout {layout.name} has neither or one")
-    if _aligned_strides(*dy, elem) is None or _aligned_strides(*w, elem) is None:
-        return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
-                f"16 bytes for {dtype.name}; igemm runs it")
+    views = _tma_views(params, layout, elem, dtype.name)
+    if isinstance(views, str):
+        return views
     need = cfg.smem_bytes(elem)
     if need > SMEM_PER_BLOCK:
         return (f"patch {cfg.block_h}x{cfg.block_w}, n{cfg.block_n}, k{cfg.block_k} with num_stages="
@@ -296,11 +309,7 @@ def bind(args: RunArgs) -> Runner:
     tensors) and launches."""
     geo, cfg, dt = args.geo, args.cfg, args.dtype
     assert dt.name in _DTYPES, dt.name
-    elem = dt.data.itemsize
-    dy_shape, dy_strides = _dy_view(geo)
-    w_shape, w_strides = _w_view(geo)
-    dy_strides = _aligned_strides(dy_shape, dy_strides, elem)
-    w_strides = _aligned_strides(w_shape, w_strides, elem)
+    (dy_shape, dy_strides), (w_shape, w_strides) = _tma_views(args.params, args.layout, dt.data.itemsize, dt.name)
     bh, bw, bn, bk = cfg.block_h, cfg.block_w, cfg.block_n, cfg.block_k
     dy_box = [1, bh, bw, 1, bk]
     w_box = [1, bk, 1, bn]
@@ -336,8 +345,8 @@ def bind(args: RunArgs) -> Runner:
 
     # validated once here over a small stand-in (a cached plan must not keep the caller's tensors
     # alive); per call only the base moves, and copying the fields skips the dataclass's checks (~4 us a call)
-    dy_template = TensorDescriptor(args.a.new_empty(16), dy_shape, dy_strides, dy_box)
-    w_template = TensorDescriptor(args.b.new_empty(16), w_shape, w_strides, w_box)
+    dy_template = TensorDescriptor(args.a.new_empty(16), list(dy_shape), list(dy_strides), dy_box)
+    w_template = TensorDescriptor(args.b.new_empty(16), list(w_shape), list(w_strides), w_box)
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
         kernel(_with_base(dy_template, dy), _with_base(w_template, w), out, *epilogue_args(ds, out), table,

@@ -11,7 +11,7 @@ import torch
 from ..kernel_config import KernelConfig
 
 __all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "GemmTileConfig", "check_num_stages", "is_pow2",
-           "pipeline_stages", "sm_count"]
+           "operand_smem_bytes", "pipeline_stages", "sm_count"]
 
 DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
 INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
@@ -61,7 +61,12 @@ class GemmTileConfig(KernelConfig):
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
-        return max(1, int(self.num_stages)) * (self.block_m + self.block_n) * self.block_k * elem_bytes
+        return operand_smem_bytes(self.num_stages, self.block_m, self.block_n, self.block_k, elem_bytes)
+
+
+def operand_smem_bytes(num_stages: int, block_m: int, block_n: int, block_k: int, elem_bytes: int) -> int:
+    """Shared memory of a GEMM's pipelined operand tiles: num_stages copies of A (BMxBK) and B (BKxBN)."""
+    return max(1, int(num_stages)) * (block_m + block_n) * block_k * elem_bytes
 
 
 def pipeline_stages(bytes_per_stage: int, most: int = 3) -> int:
