@@ -177,6 +177,7 @@ def load_kernel_modules() -> None:
         bwd_data_igemm,
         bwd_data_tma,
         bwd_weight_igemm,
+        bwd_weight_padx,
         depthwise_slide,
         depthwise_stream,
         depthwise_wgrad,

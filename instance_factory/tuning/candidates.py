@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .cost_model import TAPS_IN_COLUMNS
 from .options import TuneOptions
 from .problem_sets import Problem
 
@@ -46,8 +47,8 @@ def _gemm_mn(problem: Problem, inst: Any) -> tuple[int, int] | None:
     p = problem.params
     if problem.op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C
         return max(1, p.N * math.prod(p.input) // max(1, math.prod(p.stride))), p.C
-    # bwd weight: M = K, N = C per tap (C*taps with the taps folded into the columns: two_stage)
-    return p.K, p.C * (math.prod(p.filter) if inst.algorithm == "two_stage" else 1)
+    # bwd weight: M = K, N = C per tap (C*taps with the taps folded into the columns: two_stage, padx)
+    return p.K, p.C * (math.prod(p.filter) if inst.algorithm in TAPS_IN_COLUMNS else 1)
 
 
 def _tile_waste(inst: Any, mn: tuple[int, int]) -> float:

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape", "kernel_ms", "model_ms",
-           "neighbor_distance", "rank", "signature"]
+__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
+           "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
 
 # ---- the model's constants (H100/H200 class; the neighbour correction absorbs the rest) ------
 #: dense tensor-core rate per compute type, FLOP/s (~790 T measured for bf16 matmul, ARCHITECTURE.md)
@@ -44,6 +44,9 @@ MAX_SPLIT = 64
 # time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
 # call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound.
 HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03}
+
+#: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
+TAPS_IN_COLUMNS = ("two_stage", "padx")
 
 # ---- neighbour search -----------------------------------------------------------------------
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
@@ -77,12 +80,12 @@ def conv_class(params: Any) -> str:
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
     """(batch, M, N, K) of the implicit GEMM a pass runs per group (bwd data: per stride phase;
-    ``two_stage`` bwd weight folds the taps into N)."""
+    ``two_stage`` and ``padx`` bwd weight fold the taps into N)."""
     p = params
     taps, phases = math.prod(p.filter), math.prod(p.stride)
     if op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C, K = K*taps hit per phase
         return p.G * phases, max(1, p.N * math.prod(p.input) // phases), p.C, max(1, p.K * taps // phases)
-    if algorithm == "two_stage":
+    if algorithm in TAPS_IN_COLUMNS:
         return p.G, p.K, p.C * taps, p.N * math.prod(p.output)
     return p.G * taps, p.K, p.C, p.N * math.prod(p.output)
 
@@ -151,6 +154,12 @@ def _elem_bytes(dtype: str) -> int:
     return 4 if dtype.startswith("fp32") else 2
 
 
+def _padded_numel(p: Any) -> int:
+    """Elements of padx's zero-padded input copy (its extent per axis: the furthest tap reached)."""
+    ext = [(o - 1) * s + (f - 1) * d + 1 for o, s, f, d in zip(p.output, p.stride, p.filter, p.dilation)]
+    return p.N * math.prod(ext) * p.G * p.C
+
+
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
              sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
@@ -182,6 +191,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
+        if algorithm == "padx":  # the padded input copy: written once, read back by the GEMM
+            mem_s += 2 * _padded_numel(params) * _elem_bytes(dtype) / MEM_BW
     else:
         compute_s = params.flops() / CUDA_CORE_FLOPS
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
