@@ -117,3 +117,23 @@ def test_a_disturbed_timing_counts_with_its_p20():
              **t} for name, t in (("a", steady), ("b", disturbed))]
     ev = C.Evidence.from_rows(rows)
     assert ev.problems[0].winner == "b" and ev.problems[0].best_ms == 0.0236
+
+
+def test_a_family_floor_is_capped_by_its_launches():
+    """igemm bwd weight is only measured on large layers, so its fastest row overstates what one
+    launch costs; its floor falls to the one-launch floor measured on bwd-data igemm, a two-launch
+    family's to (1 + EXTRA_LAUNCH) times that, and a family measured lower keeps its own floor."""
+    small = ConvParams(2, 1, 1, 16, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
+    large = ConvParams(2, 1, 64, 256, 256, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+
+    def row(op, alg, p, ms):
+        return {"problem_key": f"{op}|NHWGC/GKYXC/NHWGK|bf16|passthrough|{p.key()}", "status": "ok",
+                "instance": f"{op}-{alg}", "algorithm": alg, "instance_params": "{}", "median_ms": ms}
+
+    ev = C.Evidence.from_rows([row("conv_bwd_data", "igemm", small, 0.0125),
+                               row("conv_bwd_weight", "igemm", large, 0.5),
+                               row("conv_bwd_weight", "splitk_reduce", large, 0.4),
+                               row("conv_bwd_weight", "splitk_atomic", small, 0.015)])
+    assert ev.floor("conv_bwd_weight", "igemm") == pytest.approx(0.0125)
+    assert ev.floor("conv_bwd_weight", "splitk_reduce") == pytest.approx(0.0125 * (1 + C.EXTRA_LAUNCH))
+    assert ev.floor("conv_bwd_weight", "splitk_atomic") == pytest.approx(0.015)

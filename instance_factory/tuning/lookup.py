@@ -334,7 +334,8 @@ def _foreign_rows(dev: Any) -> list[dict]:
     return out
 
 
-_EVIDENCE_COLS = ("problem_key", "device", "instance", "algorithm", "instance_params", "status", "median_ms")
+_EVIDENCE_COLS = ("problem_key", "device", "instance", "algorithm", "instance_params", "status", "median_ms",
+                  "p20_ms", "p80_ms")  # kernel_ms reads a disturbed row by its p20
 
 
 def _evidence_records(df: Any) -> list[dict]:
