@@ -38,17 +38,17 @@ def _check(p, layout="nhwgc", dtype="fp32", **kw):
 
 
 GEOMETRY = {
-    "stem-7x7-s2-p3": _p(2, G=1, N=2, K=8, C=3, f=(7, 7), i=(12, 11), s=(2, 2), lp=(3, 3), rp=(3, 3)),
-    "3x3-s1-p1": _p(2, G=1, N=2, K=5, C=6, f=(3, 3), i=(6, 7), lp=(1, 1), rp=(1, 1)),
-    "asym-pad-dil": _p(2, G=2, N=2, K=7, C=5, f=(3, 3), i=(7, 6), s=(3, 2), d=(2, 1), lp=(0, 2), rp=(3, 0)),
-    "pad>filter": _p(1, G=1, N=2, K=3, C=4, f=(2,), i=(6,), lp=(3,), rp=(2,)),
-    "stride>filter-unreached-right": _p(2, G=1, N=1, K=4, C=3, f=(2, 1), i=(9, 9), s=(3, 4), lp=(0, 0),
+    "stem-7x7-s2-p3": _p(2, G=1, N=2, K=16, C=3, f=(7, 7), i=(12, 11), s=(2, 2), lp=(3, 3), rp=(3, 3)),
+    "3x3-s1-p1": _p(2, G=1, N=2, K=21, C=6, f=(3, 3), i=(6, 7), lp=(1, 1), rp=(1, 1)),
+    "asym-pad-dil": _p(2, G=2, N=2, K=17, C=5, f=(3, 3), i=(7, 6), s=(3, 2), d=(2, 1), lp=(0, 2), rp=(3, 0)),
+    "pad>filter": _p(1, G=1, N=2, K=16, C=4, f=(2,), i=(6,), lp=(3,), rp=(2,)),
+    "stride>filter-unreached-right": _p(2, G=1, N=1, K=16, C=3, f=(2, 1), i=(9, 9), s=(3, 4), lp=(0, 0),
                                         rp=(1, 2)),
-    "1d-G4": _p(1, G=4, N=2, K=3, C=3, f=(4,), i=(7,), s=(2,), d=(2,), lp=(3,), rp=(0,)),
-    "3d": _p(3, G=3, N=1, K=2, C=3, f=(3, 2, 3), i=(5, 4, 7), s=(2, 1, 3), d=(1, 2, 2), lp=(2, 0, 3),
+    "1d-G4": _p(1, G=4, N=2, K=18, C=3, f=(4,), i=(7,), s=(2,), d=(2,), lp=(3,), rp=(0,)),
+    "3d": _p(3, G=3, N=1, K=16, C=3, f=(3, 2, 3), i=(5, 4, 7), s=(2, 1, 3), d=(1, 2, 2), lp=(2, 0, 3),
              rp=(0, 1, 1)),
-    "3d-stem": _p(3, G=1, N=1, K=4, C=3, f=(3, 7, 7), i=(4, 9, 9), s=(1, 2, 2), lp=(1, 3, 3), rp=(1, 3, 3)),
-    "no-pad": _p(2, G=2, N=2, K=3, C=5, f=(3, 3), i=(5, 6)),
+    "3d-stem": _p(3, G=1, N=1, K=16, C=3, f=(3, 7, 7), i=(4, 9, 9), s=(1, 2, 2), lp=(1, 3, 3), rp=(1, 3, 3)),
+    "no-pad": _p(2, G=2, N=2, K=16, C=5, f=(3, 3), i=(5, 6)),
 }
 
 
@@ -60,7 +60,7 @@ def test_geometry(name):
 @pytest.mark.parametrize("layout", list(LAYOUT_FAMILIES))
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_layouts(layout, ndim):
-    p = _p(ndim, G=2, N=2, K=3, C=5, **igemm_tests._GEOM[ndim])
+    p = _p(ndim, G=2, N=2, K=16, C=5, **igemm_tests._GEOM[ndim])
     _check(p, layout)
 
 
@@ -83,7 +83,7 @@ def test_multi_tile_and_auto_split():
 @pytest.mark.parametrize("op,n_ds,split", [("bilinear", 1, 1), ("add_relu", 1, 2), ("scale", 0, 2),
                                            ("add", 3, 1)])
 def test_fused_ops(op, n_ds, split):
-    p = _p(2, G=2, N=1, K=3, C=4, f=(2, 2), i=(4, 5), lp=(1, 0), rp=(0, 1))
+    p = _p(2, G=2, N=1, K=16, C=4, f=(2, 2), i=(4, 5), lp=(1, 0), rp=(0, 1))
     _check(p, "ngchw_kcyx", op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, cfg=_cfg("padx", split_k=split))
 
 
@@ -98,7 +98,7 @@ def test_deterministic_bitwise():
 
 def test_declines():
     alg = igemm_tests._alg("padx")
-    p = _p(2)
+    p = _p(2, K=16)
     lt = layout_for("nhwgc", 2)
     fo = FUSED_OPS["passthrough"]
     why = alg.decline(_cfg("padx", spec="1x1s1p0"), p, lt, DATA_TYPES["fp16"], fo)
@@ -108,6 +108,10 @@ def test_declines():
     why = alg.decline(_cfg("padx"), p, layout_for("nhwgc", 3), DATA_TYPES["fp16"], fo)
     assert why and "3D" in why
     assert alg.decline(_cfg("padx"), p, lt, DATA_TYPES["bf16"], fo) is None
+    # its domain: few input channels, enough output channels for a tensor-core tile
+    for other in (_p(2, K=16, C=9), _p(2, K=15, C=3), _p(2, G=4, K=1, C=1)):
+        why = alg.decline(_cfg("padx"), other, lt, DATA_TYPES["bf16"], fo)
+        assert why and "few input channels" in why and f"C={other.C}" in why
 
 
 def test_padded_extent_and_cost_model():

@@ -43,6 +43,12 @@ ALGORITHM = "padx"
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _PAD_ELEMS = 2048  # elements per pad-copy program
+# The domain where padx is the right kernel (H100, session 11): it won the stems (C = 3, K = 32/64:
+# 1.2-3.9x over two_stage) and 1D wav2vec's C = 1, K = 512 (1.3x), and lost most layers with C >= 16
+# (scalar 2-byte gathers of C * taps columns) and every K < 16 one. Served elsewhere, the cost model
+# (no evidence there) picked it for held-out dense and grouped layers at 0.06-0.6x of their best.
+MAX_C = 8
+MIN_K = 16
 
 
 @triton.jit
@@ -180,6 +186,10 @@ def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: 
         return bad
     if layout.ndim != params.ndim:
         return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
+    if params.C > MAX_C or params.K < MIN_K:
+        return (f"padx serves few input channels: C <= {MAX_C} and K >= {MIN_K} per group (stems), got C={params.C}, "
+                f"K={params.K}; wider C gathers faster per tap with vector loads (igemm, split-K), and K < {MIN_K} "
+                "wastes most of a tensor-core tile (depthwise: dwslide, dwstream)")
     if cfg.spec != "default":
         return f"padx has only the default spec, got spec={cfg.spec!r}"
     if dtype.compute == "fp8":
