@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["ConvParams"]
+__all__ = ["ConvParams", "padded_extent"]
 
 
 def _as_tuple(name: str, value: Sequence[int] | int, ndim: int) -> tuple[int, ...]:
@@ -27,6 +27,12 @@ def _as_tuple(name: str, value: Sequence[int] | int, ndim: int) -> tuple[int, ..
         if v != raw:
             raise ValueError(f"ConvParams.{name} must hold integers, got {value!r}")
     return out
+
+
+def padded_extent(out_len: int, stride: int, filt: int, dil: int) -> int:
+    """Input positions one axis's taps reach, padding included: the last position any tap of any
+    output reads, plus one (a right pad no output reaches does not count)."""
+    return (out_len - 1) * stride + (filt - 1) * dil + 1
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,12 @@ class ConvParams:
                 self.input, self.left_pad, self.right_pad, self.dilation, self.filter, self.stride
             )
         )
+
+    @property
+    def reached_input(self) -> tuple[int, ...]:
+        """Per spatial dim, the padded input extent the taps reach (:func:`padded_extent`)."""
+        return tuple(padded_extent(o, s, f, d)
+                     for o, s, f, d in zip(self.output, self.stride, self.filter, self.dilation))
 
     def flops(self) -> int:
         """2*G*N*K*C*prod(out)*prod(filter): the same count for fwd, bwd data and bwd weight."""

@@ -87,7 +87,7 @@ from .common import _walk_advance, _walk_start
 from .host import SMEM_PER_BLOCK, sm_count
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
-           "SplitKConfig", "bind", "choose_split_k", "chunk_iters", "decline", "sm_count"]
+           "SplitKConfig", "bind", "check_tensors", "choose_split_k", "chunk_iters", "decline", "sm_count"]
 
 OP_NAME = "conv_bwd_weight"
 FINALIZE_BLOCK = 1024
@@ -377,13 +377,9 @@ def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     return (sizes[1] == 1 or sh == ww * sw) and (sizes[0] == 1 or sd == hh * ww * sw)
 
 
-def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
-    """A runner filling grad_wei with ``algorithm`` (igemm, splitk_atomic, ...); every size is fixed here once."""
-    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = _decline(algorithm, cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-weight {algorithm} instance cannot run {p.key()}: {why}")
-    out = args.out
+def check_tensors(args: RunArgs) -> torch.Tensor:
+    """args.out, after checking it is the contiguous weight gradient and the dtypes match the instance's."""
+    out, geo, dt = args.out, args.geo, args.dtype
     if not out.is_contiguous() or out.numel() != geo.w_numel:
         raise ValueError(f"args.out must be a contiguous tensor of {geo.w_numel} elements, "
                          f"got shape {tuple(out.shape)}")
@@ -391,6 +387,16 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
     if out.dtype != want or args.a.dtype != dt.data or args.b.dtype != dt.data:
         raise ValueError(f"{dt.name} needs {dt.data} input/grad_out and a {want} result, got "
                          f"{args.a.dtype}/{args.b.dtype} -> {out.dtype}")
+    return out
+
+
+def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
+    """A runner filling grad_wei with ``algorithm`` (igemm, splitk_atomic, ...); every size is fixed here once."""
+    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
+    why = _decline(algorithm, cfg, p, args.layout, dt, args.fused)
+    if why is not None:
+        raise ValueError(f"bwd-weight {algorithm} instance cannot run {p.key()}: {why}")
+    out = check_tensors(args)
     dev = out.device
 
     spec_1x1 = cfg.spec == "1x1s1p0"

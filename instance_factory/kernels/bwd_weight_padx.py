@@ -27,14 +27,15 @@ import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
 from ..dtypes import DataType
-from ..epilogue import MAX_DS, FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
-from ..problem import ConvParams
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from ..problem import ConvParams, padded_extent
+from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, check_tensors, chunk_iters
+from .bwd_weight_igemm import decline as igemm_decline
 from .bwd_weight_igemm_plan import SplitKConfig, choose_split_k, walk_step
 from .common import _walk_advance, _walk_start
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, sm_count
+from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "bind", "decline", "padded_extent"]
 
@@ -82,6 +83,9 @@ def _pad_copy_kernel(
     tl.store(xp_ptr + offs_p[:, None] * GC + offs_c[None, :], v, mask=in_p[:, None] & in_c[None, :])
 
 
+# Its own kernel, not a mode of bwd_weight_igemm's: the tile order and the blocked sum repeat that
+# kernel's lines, but editing it would change the kernel hash of every igemm / split-K / two_stage
+# row in tuning_db/ (kernel_identity.py) and stale them.
 @triton.jit
 def _padx_gemm_kernel(
     xp_ptr, dy_ptr, out_ptr, ws_ptr,
@@ -172,20 +176,9 @@ def _padx_gemm_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
-def padded_extent(out_len: int, stride: int, filt: int, dil: int) -> int:
-    """Length of the padded copy along one axis: the last input position any tap of any output
-    reaches, plus one (a right pad the output never reaches is not copied)."""
-    return (out_len - 1) * stride + (filt - 1) * dil + 1
-
-
 def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when a padx instance with ``cfg`` can run the problem, else why not."""
-    bad = SplitKConfig.validate(cfg)
-    if bad is not None:
-        return bad
-    if layout.ndim != params.ndim:
-        return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
     if params.C > MAX_C or params.K < MIN_K:
         return (f"padx serves few input channels: C <= {MAX_C} and K >= {MIN_K} per group (stems), got C={params.C}, "
                 f"K={params.K}; wider C gathers faster per tap with vector loads (igemm, split-K), and K < {MIN_K} "
@@ -194,14 +187,7 @@ def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: 
         return f"padx has only the default spec, got spec={cfg.spec!r}"
     if dtype.compute == "fp8":
         return "padx has no fp8 path (two_stage and the split-K families have one)"
-    elem = 4 if dtype.data.itemsize >= 4 else 2
-    smem = cfg.smem_bytes(elem)
-    if smem > SMEM_PER_BLOCK:
-        return (f"{dtype.name} operand tiles need {smem // 1024} KiB of shared memory "
-                f"(limit {SMEM_PER_BLOCK // 1024} KiB)")
-    if fused.max_ds > MAX_DS:
-        return f"fused op {fused.name} takes more than {MAX_DS} D tensors"
-    return None
+    return igemm_decline(cfg, params, layout, dtype, fused, "two_stage")  # config, ndim, smem, Ds
 
 
 def bind(args: RunArgs) -> Runner:
@@ -210,15 +196,7 @@ def bind(args: RunArgs) -> Runner:
     why = decline(cfg, p, args.layout, dt, args.fused)
     if why is not None:
         raise ValueError(f"bwd-weight padx instance cannot run {p.key()}: {why}")
-    out = args.out
-    if not out.is_contiguous() or out.numel() != geo.w_numel:
-        raise ValueError(f"args.out must be a contiguous tensor of {geo.w_numel} elements, "
-                         f"got shape {tuple(out.shape)}")
-    want = dt.result or dt.data
-    if out.dtype != want or args.a.dtype != dt.data or args.b.dtype != dt.data:
-        raise ValueError(f"{dt.name} needs {dt.data} input/grad_out and a {want} result, got "
-                         f"{args.a.dtype}/{args.b.dtype} -> {out.dtype}")
-    dev = out.device
+    dev = check_tensors(args).device
     split = int(cfg.split_k) or choose_split_k(p, cfg, sm_count(dev), "two_stage")
 
     Di, Hi, Wi = geo.in3

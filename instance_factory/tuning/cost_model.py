@@ -166,12 +166,6 @@ def _elem_bytes(dtype: str) -> int:
     return 4 if dtype.startswith("fp32") else 2
 
 
-def _padded_numel(p: Any) -> int:
-    """Elements of padx's zero-padded input copy (its extent per axis: the furthest tap reached)."""
-    ext = [(o - 1) * s + (f - 1) * d + 1 for o, s, f, d in zip(p.output, p.stride, p.filter, p.dilation)]
-    return p.N * math.prod(ext) * p.G * p.C
-
-
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
              sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
@@ -204,7 +198,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
         if algorithm == "padx":  # the padded input copy: written once, read back by the GEMM
-            mem_s += 2 * _padded_numel(params) * _elem_bytes(dtype) / MEM_BW
+            copy = params.N * math.prod(params.reached_input) * params.G * params.C
+            mem_s += 2 * copy * _elem_bytes(dtype) / MEM_BW
     else:
         compute_s = params.flops() / CUDA_CORE_FLOPS
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
