@@ -78,6 +78,7 @@ from .bwd_weight_igemm_plan import (
     SPECS,
     BwdWeightIgemmConfig,
     SplitKConfig,
+    check_tensors,
     choose_split_k,
     fp8_reason,
     tiles_of,
@@ -87,7 +88,7 @@ from .common import _walk_advance, _walk_start
 from .host import SMEM_PER_BLOCK, sm_count
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
-           "SplitKConfig", "bind", "check_tensors", "choose_split_k", "chunk_iters", "decline", "sm_count"]
+           "SplitKConfig", "bind", "choose_split_k", "chunk_iters", "decline", "sm_count"]
 
 OP_NAME = "conv_bwd_weight"
 FINALIZE_BLOCK = 1024
@@ -375,19 +376,6 @@ def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     _, hh, ww = sizes
     sd, sh, sw = strides[3], strides[4], strides[5]
     return (sizes[1] == 1 or sh == ww * sw) and (sizes[0] == 1 or sd == hh * ww * sw)
-
-
-def check_tensors(args: RunArgs) -> torch.Tensor:
-    """args.out, after checking it is the contiguous weight gradient and the dtypes match the instance's."""
-    out, geo, dt = args.out, args.geo, args.dtype
-    if not out.is_contiguous() or out.numel() != geo.w_numel:
-        raise ValueError(f"args.out must be a contiguous tensor of {geo.w_numel} elements, "
-                         f"got shape {tuple(out.shape)}")
-    want = dt.result or dt.data
-    if out.dtype != want or args.a.dtype != dt.data or args.b.dtype != dt.data:
-        raise ValueError(f"{dt.name} needs {dt.data} input/grad_out and a {want} result, got "
-                         f"{args.a.dtype}/{args.b.dtype} -> {out.dtype}")
-    return out
 
 
 def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:

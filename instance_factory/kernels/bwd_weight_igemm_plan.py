@@ -1,5 +1,5 @@
-"""The igemm bwd-weight algorithms' configs (with their tile checks) and split planning (host only,
-no device code).
+"""The igemm bwd-weight algorithms' configs (with their tile checks), split planning and the binds'
+tensor checks (host only, no device code).
 
 Split from ``bwd_weight_igemm.py``, which keeps the kernels, the problem declines and ``bind``;
 also the fp8 availability check the declines use.
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..algorithms import interpreting
+from ..algorithms import RunArgs, interpreting
 from ..problem import ConvParams
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
-           "SplitKConfig", "choose_split_k", "fp8_reason", "tiles_of", "walk_step"]
+           "SplitKConfig", "check_tensors", "choose_split_k", "fp8_reason", "tiles_of", "walk_step"]
 
 SPECS = ("default", "1x1s1p0")
 ALGORITHM_NAMES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
@@ -98,6 +98,19 @@ def tiles_of(params: ConvParams, cfg: SplitKConfig, flat_taps: bool) -> int:
     if flat_taps:
         return params.G * m_tiles * triton.cdiv(params.C * taps, cfg.block_n)
     return params.G * taps * m_tiles * triton.cdiv(params.C, cfg.block_n)
+
+
+def check_tensors(args: RunArgs) -> torch.Tensor:
+    """args.out, after checking it is the contiguous weight gradient and the dtypes match the instance's."""
+    out, geo, dt = args.out, args.geo, args.dtype
+    if not out.is_contiguous() or out.numel() != geo.w_numel:
+        raise ValueError(f"args.out must be a contiguous tensor of {geo.w_numel} elements, "
+                         f"got shape {tuple(out.shape)}")
+    want = dt.result or dt.data
+    if out.dtype != want or args.a.dtype != dt.data or args.b.dtype != dt.data:
+        raise ValueError(f"{dt.name} needs {dt.data} input/grad_out and a {want} result, got "
+                         f"{args.a.dtype}/{args.b.dtype} -> {out.dtype}")
+    return out
 
 
 def choose_split_k(params: ConvParams, cfg: SplitKConfig, sm_count: int, algorithm: str = "splitk_reduce") -> int:

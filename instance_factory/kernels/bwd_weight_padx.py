@@ -31,9 +31,9 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams, padded_extent
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, check_tensors, chunk_iters
+from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm import decline as igemm_decline
-from .bwd_weight_igemm_plan import SplitKConfig, choose_split_k, walk_step
+from .bwd_weight_igemm_plan import SplitKConfig, check_tensors, choose_split_k, walk_step
 from .common import _walk_advance, _walk_start
 from .host import INT32_LIMIT, sm_count
 
