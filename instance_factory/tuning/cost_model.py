@@ -43,7 +43,7 @@ MAX_SPLIT = 64
 # Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
 # time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
 # call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound.
-HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03}
+HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03}
 
 # Kernel launches per call of the bwd-weight GEMM families. A family's measured floor (its fastest
 # row) says how small its evidence went, not what one call costs: igemm (one launch) is only ever
@@ -54,7 +54,8 @@ HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03}
 # and 3 launches (0.020, 0.023-0.027) fit EXTRA_LAUNCH = 0.6.
 LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
-            ("conv_bwd_weight", "padx"): 3, ("conv_bwd_data", "igemm"): 1, ("conv_bwd_data", "tma"): 1}
+            ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
+            ("conv_bwd_data", "tma"): 1}
 EXTRA_LAUNCH = 0.6
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
@@ -187,6 +188,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         else:
             bm = int(cfg["block_m"])
             tiles = batch * -(-m // bm) * -(-n // bn)
+            if op == "conv_bwd_weight" and algorithm == "tma":  # rows in whole block_k-wide boxes
+                wo, bk = params.output[-1], int(cfg["block_k"])
+                k = k * _cdiv(wo, bk) * bk // wo
         split = int(cfg.get("split_k", 1) or 0)
         if split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1

@@ -1,0 +1,343 @@
+"""conv_bwd_weight (dL/dW) as a per-tap GEMM whose operands arrive as one-row TMA boxes.
+
+Per group g and filter tap t (M = K, N = C, reduced over the output positions, like ``igemm``):
+
+    dw[g, k, t, c] = sum_{n, od, oh, ow} dy[n, od, oh, ow, g, k] * x[n, id, ih, ow + t_x*dil_w - pad_w, g, c]
+
+with id = od*stride_d + t_z*dil_d - pad_d and ih likewise. The reduction walks the output rows
+(n, od, oh) in chunks of block_k consecutive positions ow of one row. For one chunk, the grad_out
+rows are one box [1, 1, block_k, 1, block_m] of the channels-last tensor seen as [N*Do, Ho, Wo, G, K],
+and the input rows one box [1, 1, block_k, 1, block_n] of [N*Di, Hi, Wi, G, C]: consecutive in W
+because the W stride is 1. TMA fills the parts of a box outside its tensor with zeros, which is the
+padding halo along H and W and the end of a row (positions ow >= Wo read zeros from grad_out, so they
+add nothing). The loop therefore has no masks and no per-element addresses: the pointer-based GEMM
+(``igemm``) spends ~200 instructions per step on them (session 12's SASS count), its MMA 4 of them.
+
+Costs and limits. A row of Wo positions fills ceil(Wo / block_k) chunks (Wo = 56 in one 64-wide box:
+7/8 of the MMA work is useful, as for 28/32, 14/16); a program reduces ``rows`` chunks per pipelined
+step. Rows whose input plane id falls outside the input (3-D padding) are pointed past the end of H,
+so their box is zero. Only channels-last input and grad_out with unit channel stride and a W stride
+of 1 run here, in 16-bit data (fp16, bf16, bf16 with an fp32 weight gradient): wgmma takes the
+transposed grad_out tile from shared memory only for 16-bit types. The rest declines to ``igemm``.
+
+Launches: the GEMM (the epilogue from the accumulator with one split, else fp32 slices per split)
+and, with several splits, ``bwd_weight_igemm``'s fixed-order reduce + epilogue (deterministic). The
+same two-level fp32 summation as the igemm kernels bounds the accumulation error of long reductions.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..geometry import ConvGeometry
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .bwd_data_tma import TensorDescriptor, _aligned_strides, _dy_view, _with_base
+from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from .bwd_weight_igemm_plan import MAX_AUTO_SPLIT, MIN_ITERS_PER_SPLIT, WORKSPACE_CAP_BYTES, check_tensors
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
+
+__all__ = ["ALGORITHM", "BwdWeightTmaConfig", "bind", "choose_split", "decline"]
+
+OP_NAME = "conv_bwd_weight"
+_DTYPES = ("fp16", "bf16", "bf16_fp32w")
+_MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
+_MODE_SLICE = 2  # fp32 store into this split's workspace slice
+_MAX_GRID = 2**31 - 1
+_MAX_BOX = 256  # TMA: at most 256 elements per box dim
+_MAX_STEP = 128  # rows * block_k: positions reduced per pipelined step
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernel
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _bwd_weight_tma_kernel(
+    dy_desc, x_desc, out_ptr, ws_ptr,
+    d0, d1, d2, d3, alpha, beta,
+    G, K, C, TAPS, FY, FX,
+    Di, Hi, Do, Ho, NDo,  # NDo = N*Do: grad_out's merged (n, d) extent; a row past it reads zeros
+    sd, sh, off_z, off_y, dil_z, dil_y, dil_x, off_x,  # off_* = -padding per axis
+    WCH, Q, STEPS_PER_SPLIT, TOTAL_STEPS, W_NUMEL,  # chunks per row, chunks, pipelined steps
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
+    GROUP_M: tl.constexpr, CHUNK_STEPS: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
+    UPCAST: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    # ---- (split, g, tap, tile), tile fastest: programs running together share (split, g, tap) and
+    # with it the same grad_out and input rows in L2 --------------------------------------------
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(K, BLOCK_M)
+    num_pid_n = tl.cdiv(C, BLOCK_N)
+    tiles = num_pid_m * num_pid_n
+    tile = pid % tiles
+    rest = pid // tiles
+    tap = rest % TAPS
+    rest = rest // TAPS
+    g = rest % G
+    split = rest // G
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile // num_pid_in_group) * GROUP_M
+    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile % num_pid_in_group) % group_size_m
+    pid_n = (tile % num_pid_in_group) // group_size_m
+    k0 = pid_m * BLOCK_M
+    c0 = pid_n * BLOCK_N
+
+    tx = tap % FX
+    ty = (tap // FX) % FY
+    tz = tap // (FX * FY)
+    zoff = tz * dil_z + off_z
+    yoff = ty * dil_y + off_y
+    xoff = tx * dil_x + off_x
+
+    s_start = split * STEPS_PER_SPLIT
+    s_end = tl.minimum(s_start + STEPS_PER_SPLIT, TOTAL_STEPS)
+    q_end = tl.minimum(s_end * ROWS, Q)
+    # the first chunk's (column chunk, oh, od, n); the walk then adds one chunk at a time
+    q = s_start * ROWS
+    wc = q % WCH
+    t = q // WCH
+    oh = t % Ho
+    t = t // Ho
+    od = t % Do
+    n = t // Do
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for c_lo in range(s_start, s_end, CHUNK_STEPS):
+        c_hi = tl.minimum(c_lo + CHUNK_STEPS, s_end)
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for _ in range(c_lo, c_hi):
+            for _j in tl.static_range(ROWS):
+                # a chunk past this split's end reads a grad_out row past the tensor: zeros
+                nd = tl.where(q < q_end, n * Do + od, NDo)
+                id_ = od * sd + zoff
+                ih = oh * sh + yoff
+                ih = tl.where((id_ >= 0) & (id_ < Di), ih, Hi)  # input plane outside: a zero box
+                ow0 = wc * BLOCK_K
+                a = dy_desc.load([nd, oh, ow0, g, k0]).reshape(BLOCK_K, BLOCK_M)
+                b = x_desc.load([n * Di + id_, ih, ow0 + xoff, g, c0]).reshape(BLOCK_K, BLOCK_N)
+                if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                part = tl.dot(tl.trans(a), b, part, out_dtype=tl.float32)
+                # next chunk: one carry per digit
+                q += 1
+                wc += 1
+                cw = wc >= WCH
+                wc = tl.where(cw, 0, wc)
+                oh += cw.to(tl.int32)
+                ch = oh >= Ho
+                oh = tl.where(ch, 0, oh)
+                od += ch.to(tl.int32)
+                cd = od >= Do
+                od = tl.where(cd, 0, od)
+                n += cd.to(tl.int32)
+        acc += part
+
+    offs_m = k0 + tl.arange(0, BLOCK_M)
+    offs_n = c0 + tl.arange(0, BLOCK_N)
+    if INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+        g = g.to(tl.int64)
+        split = split.to(tl.int64)
+    w_offs = (g * ws_g + tz * ws_z + ty * ws_y + tx * ws_x) + offs_m[:, None] * ws_k + offs_n[None, :] * ws_c
+    w_mask = (offs_m < K)[:, None] & (offs_n < C)[None, :]
+    if MODE == 0:
+        res = apply_epilogue(acc, w_offs, w_mask, d0, d1, d2, d3, alpha, beta, OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + w_offs, res.to(out_ptr.dtype.element_ty), mask=w_mask)
+    else:
+        tl.store(ws_ptr + split * W_NUMEL + w_offs, acc, mask=w_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# host side
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BwdWeightTmaConfig(GemmTileConfig):
+    """A block_m (K) x block_n (C) tile of one tap's dW, reduced over chunks of block_k consecutive
+    output positions of one row (one TMA box per operand), ``rows`` chunks per pipelined step, split
+    over split_k programs (0: automatic, :func:`choose_split`)."""
+
+    rows: int
+    split_k: int
+
+    def smem_bytes(self, elem_bytes: int) -> int:
+        """The pipeline's operand boxes: num_stages x rows x (A: block_k x block_m, B: block_k x block_n)."""
+        return self.num_stages * self.rows * (self.block_m + self.block_n) * self.block_k * elem_bytes
+
+    def check(self) -> str | None:
+        for name in ("block_m", "block_n", "block_k", "rows"):
+            v = getattr(self, name)
+            if not is_pow2(v):
+                return f"{name}={v!r} must be a power of two"
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not 16 <= v <= _MAX_BOX:
+                return f"{name}={v} must be 16..{_MAX_BOX} (tl.dot's smallest tile, a TMA box dim)"
+        if self.rows * self.block_k > _MAX_STEP:
+            return f"rows*block_k={self.rows * self.block_k} positions per step is over {_MAX_STEP}"
+        gm = self.group_m
+        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
+            return f"group_m={gm!r} must be a positive int"
+        if self.num_warps not in (4, 8):
+            return f"num_warps={self.num_warps!r} must be 4 or 8 (one or two warpgroups)"
+        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
+            return f"num_stages={self.num_stages!r} must be an int in 2..6"
+        sk = self.split_k
+        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
+            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if self.block_m * self.block_n // (32 * self.num_warps) > 256:
+            return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in {self.num_warps} warps' registers"
+        need = self.smem_bytes(2)
+        if need > SMEM_PER_BLOCK:
+            return (f"needs {need // 1024} KiB of shared memory with 2-byte operands, over the "
+                    f"{SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
+        return None
+
+
+def _x_view(geo: ConvGeometry) -> tuple[list[int], list[int]] | None:
+    """The input as [N*Di, Hi, Wi, G, C] (shape, strides in elements), or None when its strides cannot
+    express that (C not unit-stride, or n and d not mergeable)."""
+    gs, ns, cs, ds, hs, ws = geo.x_strides
+    di, hi, wi = geo.in3
+    if cs != 1 or (geo.N > 1 and di > 1 and ns != di * ds):
+        return None
+    return [geo.N * di, hi, wi, geo.G, geo.C], [ds if di > 1 else ns, hs, ws, gs, 1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
+    """((dy shape, strides), (x shape, strides)) ready for TMA descriptors, or why not. Cached: every
+    tma config of a problem asks (decline), then bind."""
+    geo = ConvGeometry.build(params, layout)
+    dy, x = _dy_view(geo), _x_view(geo)
+    if dy is None or x is None:
+        return (f"tma needs channels-last input and grad_out (unit C and K strides: the NHWGC / GNHWC "
+                f"families); layout {layout.name} has neither or one")
+    dy_strides, x_strides = _aligned_strides(*dy, elem), _aligned_strides(*x, elem)
+    if dy_strides is None or x_strides is None:
+        return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
+                f"16 bytes for {dtype_name}; igemm runs it")
+    return (tuple(dy[0]), tuple(dy_strides)), (tuple(x[0]), tuple(x_strides))
+
+
+def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """None when this instance can run the problem, else a clear reason."""
+    if TensorDescriptor is None:
+        return "tma needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
+    if dtype.name not in _DTYPES:
+        return (f"tma bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
+                f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(_DTYPES)})")
+    if params.stride[-1] != 1:
+        return f"tma needs a W stride of 1 (an input row is one box), got stride {params.stride}"
+    wo = params.output[-1]
+    if cfg.block_k > 2 * wo:
+        return (f"block_k={cfg.block_k} positions per box is over twice the row width Wo={wo}: most of each "
+                "box would be past the row's end")
+    views = _tma_views(params, layout, dtype.data.itemsize, dtype.name)
+    if isinstance(views, str):
+        return views
+    return None
+
+
+def choose_split(params: ConvParams, cfg: BwdWeightTmaConfig, sms: int) -> int:
+    """Automatic split: ~3 waves of programs, at least MIN_ITERS_PER_SPLIT steps each, at most
+    MAX_AUTO_SPLIT, the fp32 slices under WORKSPACE_CAP_BYTES (``choose_split_k``'s rules)."""
+    taps = math.prod(params.filter)
+    tiles = params.G * taps * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
+    if tiles >= 2 * sms:
+        return 1
+    chunks = params.N * math.prod(params.output[:-1]) * triton.cdiv(params.output[-1], cfg.block_k)
+    steps = triton.cdiv(chunks, cfg.rows)
+    split = min(triton.cdiv(3 * sms, tiles), max(1, steps // MIN_ITERS_PER_SPLIT), MAX_AUTO_SPLIT)
+    split = min(split, max(1, WORKSPACE_CAP_BYTES // (4 * params.numel("weight"))))
+    return max(1, split)
+
+
+def bind(args: RunArgs) -> Runner:
+    """Per-problem host work once; the runner moves the two descriptors' bases and launches."""
+    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
+    why = decline(cfg, p, args.layout, dt, args.fused)
+    if why is not None:
+        raise ValueError(f"bwd-weight tma instance cannot run {p.key()}: {why}")
+    dev = check_tensors(args).device
+    (dy_shape, dy_strides), (x_shape, x_strides) = _tma_views(p, args.layout, dt.data.itemsize, dt.name)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+
+    Di, Hi, _ = geo.in3
+    Do, Ho, Wo = geo.out3
+    _, FY, FX = geo.filt3
+    sd, sh, _ = geo.stride3
+    pd, ph, pw = geo.pad3
+    taps = geo.taps
+    wch = triton.cdiv(Wo, bk)
+    q_total = geo.N * Do * Ho * wch
+    total_steps = triton.cdiv(q_total, cfg.rows)
+    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
+    split = max(1, min(split, total_steps))
+    steps_per_split = triton.cdiv(total_steps, split)
+    split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+    tiles = geo.G * taps * triton.cdiv(geo.K, bm) * triton.cdiv(geo.C, bn)
+    if tiles * split > _MAX_GRID:
+        raise ValueError(f"bwd-weight tma: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
+    mode = _MODE_FUSED if split == 1 else _MODE_SLICE
+    w_numel = geo.w_numel
+    int64 = bool(split * w_numel >= INT32_LIMIT)
+    upcast = interpreting() and dt.data == torch.bfloat16
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+
+    gemm = BoundKernel(
+        _bwd_weight_tma_kernel, (tiles * split,),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, ROWS=cfg.rows, GROUP_M=cfg.group_m,
+        CHUNK_STEPS=chunk_iters(bk * cfg.rows), MODE=mode, INT64=int64, UPCAST=upcast,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
+    )
+    dd, dh, dw = geo.dil3
+    sizes = (geo.G, geo.K, geo.C, taps, FY, FX, Di, Hi, Do, Ho, geo.N * Do,
+             sd, sh, -pd, -ph, dd, dh, dw, -pw, wch, q_total, steps_per_split, total_steps, w_numel,
+             *geo.w_strides)
+    # validated once over small stand-ins (a cached plan must not keep the caller's tensors alive);
+    # per call only the base moves
+    dy_template = TensorDescriptor(args.b.new_empty(16), list(dy_shape), list(dy_strides), [1, 1, bk, 1, bm])
+    x_template = TensorDescriptor(args.a.new_empty(16), list(x_shape), list(x_strides), [1, 1, bk, 1, bn])
+
+    if mode == _MODE_FUSED:
+        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
+                      beta: float) -> None:
+            gemm(_with_base(dy_template, dy), _with_base(x_template, x), out, out, *epilogue_args(ds, out),
+                 alpha, beta, *sizes)
+
+        return run_fused
+
+    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+
+    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
+                  beta: float) -> None:
+        ws = torch.empty(split * w_numel, dtype=torch.float32, device=out.device)
+        d = epilogue_args(ds, out)
+        gemm(_with_base(dy_template, dy), _with_base(x_template, x), out, ws, *d, alpha, beta, *sizes)
+        finalize(ws, out, *d, alpha, beta, w_numel, split)
+
+    return run_split
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op=OP_NAME, name="tma", config=BwdWeightTmaConfig, decline=decline, bind=bind,
+    description="per-tap GEMM dL/dW whose operands are one-row TMA boxes of channels-last grad_out and "
+                "input (zero fill = padding and row ends: no masks in the loop); fp32 slices per split, "
+                "fixed-order reduce",
+    kernels=(_bwd_weight_tma_kernel, _bwd_weight_finalize_kernel)))

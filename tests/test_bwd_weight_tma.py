@@ -1,0 +1,141 @@
+"""conv_bwd_weight ``tma`` family (per-tap GEMM over one-row TMA boxes): correctness vs the float64
+reference, launched directly with test_bwd_weight_igemm's runner.
+
+TMA's zero fill stands for the padding halo and the row ends, so the cases put taps across every
+border (pads wider than the filter, asymmetric pads, right pads the output never reaches), rows
+wider and narrower than a box, H and D strides and dilations, 3-D rows whose input plane lies in
+the padding, G > 1 with channel tiles that run into the next group's channels, K and C not
+multiples of the tile, the fused-store path (one split) and the reduce path with a ragged last split,
+every fused op, the 16-bit dtypes and the declines. Runs in the Triton interpreter on CPU tensors
+(TRITON_INTERPRET=1) or on a CUDA GPU.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import test_bwd_weight_igemm as igemm_tests  # noqa: E402
+import torch  # noqa: E402
+
+from instance_factory.algorithms import interpreting  # noqa: E402
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
+from instance_factory.kernels import bwd_weight_tma as tma  # noqa: E402
+from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
+from instance_factory.problem import ConvParams  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+
+_p = igemm_tests._p
+ALG = igemm_tests._alg("tma")
+
+
+def _cfg(**kw):
+    """A small tile (on a GPU too: the registered configs are checked by their own CK run)."""
+    cfg = dict(block_m=16, block_n=16, block_k=16, rows=1, group_m=2, num_warps=4, num_stages=2, split_k=2)
+    cfg.update(kw)
+    return ALG.config.from_values(cfg)
+
+
+def _check(p, layout="nhwgc", dtype="bf16", **kw):
+    kw.setdefault("cfg", _cfg())
+    return igemm_tests._check("tma", p, layout, dtype, **kw)
+
+
+GEOMETRY = {
+    "3x3-s1-p1": _p(2, G=1, N=2, K=24, C=16, f=(3, 3), i=(6, 9), lp=(1, 1), rp=(1, 1)),
+    "rows-wider-than-box": _p(2, G=1, N=1, K=16, C=8, f=(3, 3), i=(3, 37), lp=(1, 1), rp=(1, 1)),
+    "h-stride-dil-asym": _p(2, G=1, N=2, K=16, C=8, f=(3, 2), i=(9, 12), s=(2, 1), d=(2, 3), lp=(2, 0),
+                            rp=(0, 3)),
+    "pad>filter": _p(1, G=1, N=2, K=16, C=8, f=(2,), i=(12,), lp=(3,), rp=(2,)),
+    "h-stride>filter-unreached": _p(2, G=1, N=1, K=16, C=8, f=(2, 1), i=(10, 9), s=(3, 1), rp=(2, 0)),
+    "1x1": _p(2, G=1, N=3, K=32, C=16, f=(1, 1), i=(5, 17)),
+    "1d-k3": _p(1, G=1, N=2, K=16, C=24, f=(3,), i=(40,), lp=(1,), rp=(1,)),
+    "3d-d-pad": _p(3, G=1, N=2, K=16, C=8, f=(3, 3, 3), i=(3, 4, 18), s=(2, 1, 1), lp=(2, 1, 1), rp=(1, 1, 1)),
+    "3d-d-dil": _p(3, G=1, N=1, K=16, C=8, f=(2, 1, 3), i=(5, 3, 16), d=(2, 1, 1), lp=(1, 0, 1), rp=(0, 0, 1)),
+    "G3-C8-box-past-group": _p(2, G=3, N=2, K=8, C=8, f=(3, 3), i=(5, 16), lp=(1, 1), rp=(1, 1)),
+    "K-C-ragged": _p(2, G=2, N=1, K=24, C=24, f=(2, 2), i=(4, 18), lp=(1, 0), rp=(0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(GEOMETRY))
+def test_geometry(name):
+    layout = ("nhwgc", "gnhwc")[list(GEOMETRY).index(name) % 2]
+    _check(GEOMETRY[name], layout)
+
+
+@pytest.mark.parametrize("box", [dict(block_k=16, rows=1), dict(block_k=16, rows=4), dict(block_k=32, rows=2)])
+@pytest.mark.parametrize("split", [1, 3, 0])
+def test_boxes_and_splits(box, split):
+    # 3 chunks per row at block_k 16 (Wo = 37): steps of several chunks cross row and image ends;
+    # split 3 leaves a ragged last split, 0 is the automatic choice
+    p = _p(2, G=1, N=2, K=16, C=16, f=(3, 3), i=(4, 37), s=(2, 1), lp=(1, 1), rp=(1, 1))
+    _check(p, cfg=_cfg(split_k=split, **box))
+
+
+@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w"])
+def test_dtypes_and_store_paths(dtype, split):
+    out = _check(GEOMETRY["3x3-s1-p1"], "nhwgc", dtype, cfg=_cfg(split_k=split))
+    assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
+
+
+def test_multi_tile_grouped_order():
+    p = _p(2, G=1, N=1, K=48, C=40, f=(1, 3), i=(3, 20), lp=(0, 1), rp=(0, 1))
+    _check(p, "nhwgc", "fp16", cfg=_cfg(group_m=2, split_k=1))
+
+
+@pytest.mark.parametrize("op,n_ds,split", [("bilinear", 1, 1), ("add_relu", 1, 2), ("scale", 0, 2),
+                                           ("add", 3, 1)])
+def test_fused_ops(op, n_ds, split):
+    p = _p(2, G=2, N=1, K=16, C=8, f=(2, 2), i=(4, 17), lp=(1, 0), rp=(0, 1))
+    _check(p, "gnhwc", op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, cfg=_cfg(split_k=split))
+
+
+def test_deterministic_bitwise():
+    p = GEOMETRY["h-stride-dil-asym"]
+    cfg = _cfg(split_k=3)
+    first, _, err, tol = igemm_tests._run("tma", p, "nhwgc", "fp16", cfg=cfg, seed=3)
+    assert err <= tol
+    again, _, _, _ = igemm_tests._run("tma", p, "nhwgc", "fp16", cfg=cfg, seed=3)
+    assert torch.equal(first.view(torch.int16), again.view(torch.int16))
+
+
+def test_declines():
+    p = _p(2, K=16, C=16, i=(6, 20))
+    lt = layout_for("nhwgc", 2)
+    fo = FUSED_OPS["passthrough"]
+    assert ALG.decline(_cfg(), p, lt, DATA_TYPES["bf16"], fo) is None
+    for dtype in ("fp32", "fp32_tf32", "fp16_fp8"):
+        why = ALG.decline(_cfg(), p, lt, DATA_TYPES[dtype], fo)
+        assert why and "16-bit" in why
+    why = ALG.decline(_cfg(), _p(2, K=16, C=16, i=(6, 20), s=(1, 2)), lt, DATA_TYPES["bf16"], fo)
+    assert why and "W stride of 1" in why
+    why = ALG.decline(_cfg(block_k=64), p, lt, DATA_TYPES["bf16"], fo)  # Wo = 18
+    assert why and "row width Wo=18" in why
+    for family in LAYOUT_FAMILIES:
+        if family not in ("nhwgc", "gnhwc"):
+            why = ALG.decline(_cfg(), p, layout_for(family, 2), DATA_TYPES["bf16"], fo)
+            assert why and "channels-last" in why
+    why = ALG.decline(_cfg(), _p(2, G=2, K=16, C=12, i=(6, 20)), lt, DATA_TYPES["bf16"], fo)
+    assert why and "16 bytes" in why
+
+
+def test_config_checks():
+    assert _cfg().check() is None
+    assert "rows*block_k" in _cfg(block_k=64, rows=4).check()
+    assert "power of two" in _cfg(rows=3).check()
+    assert "16.." in _cfg(block_k=8).check()
+
+
+def test_auto_split():
+    # a ResNet-50 3x3 layer at batch 64: 9 taps x 1 tile -> enough splits for ~3 waves of 132 SMs
+    p = ConvParams(2, 1, 64, 64, 64, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    cfg = _cfg(block_m=64, block_n=64, block_k=64)
+    assert tma.choose_split(p, cfg, 132) == 44
+    big = ConvParams(2, 1, 64, 512, 512, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert tma.choose_split(big, _cfg(block_m=64, block_n=64, block_k=16), 132) == 1  # 576 tiles
