@@ -56,6 +56,11 @@ _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _MAX_GRID = 2**31 - 1
 _MAX_BOX = 256  # TMA: at most 256 elements per box dim
 _MAX_STEP = 128  # rows * block_k: positions reduced per pipelined step
+# Grouped layers run one group per tile: with fewer channels per group than a 64-wide tile most of
+# it is padding. On the H100 (session 12) tma lost every grouped layer it was timed on (ResNeXt's
+# G = 32, C = K = 8: all pruned), and served untuned it ran RegNetY's G = 5, C = K = 24 wgrad at
+# 0.35-0.54x of bdrow, which packs several groups per tile.
+MIN_GROUP_CHANNELS = 64
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,6 +246,9 @@ def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, d
     if dtype.name not in _DTYPES:
         return (f"tma bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
                 f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(_DTYPES)})")
+    if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
+        return (f"tma tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per group, got "
+                f"C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
     if params.stride[-1] != 1:
         return f"tma needs a W stride of 1 (an input row is one box), got stride {params.stride}"
     wo = params.output[-1]
