@@ -45,7 +45,7 @@ try:  # Triton >= 3.4: host-side tensor descriptors
 except ImportError:  # pragma: no cover - an older Triton: every problem declines
     TensorDescriptor = None
 
-__all__ = ["ALGORITHM", "BwdDataTmaConfig", "bind", "decline"]
+__all__ = ["ALGORITHM", "BwdDataTmaConfig", "bind", "channels_last_view", "decline", "tma_ready"]
 
 _DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
 _NUM_WARPS = (4, 8)
@@ -222,15 +222,21 @@ class BwdDataTmaConfig(KernelConfig):
         return None
 
 
-def _dy_view(geo: ConvGeometry) -> tuple[list[int], list[int]] | None:
-    """grad_out as [N*Do, Ho, Wo, G, K] (shape, strides in elements), or None when its strides
-    cannot express that (K not unit-stride, or n and d not mergeable)."""
-    gs, ns, ks, ds, hs, ws = geo.y_strides
-    do, ho, wo = geo.out3
-    if ks != 1 or (geo.N > 1 and do > 1 and ns != do * ds):
+def channels_last_view(strides: tuple[int, ...], spatial: tuple[int, int, int], n: int, g: int,
+                       channels: int) -> tuple[list[int], list[int]] | None:
+    """An activation (strides in the kernels' (g, n, c, d, h, w) order) as [N*D, H, W, G, channels]
+    (shape, strides in elements), or None when its strides cannot express that (channels not
+    unit-stride, or n and d not mergeable)."""
+    gs, ns, cs, ds, hs, ws = strides
+    d, h, w = spatial
+    if cs != 1 or (n > 1 and d > 1 and ns != d * ds):
         return None
-    nd_stride = ds if do > 1 else ns
-    return [geo.N * do, ho, wo, geo.G, geo.K], [nd_stride, hs, ws, gs, 1]
+    return [n * d, h, w, g, channels], [ds if d > 1 else ns, hs, ws, gs, 1]
+
+
+def _dy_view(geo: ConvGeometry) -> tuple[list[int], list[int]] | None:
+    """grad_out as [N*Do, Ho, Wo, G, K], or None (see :func:`channels_last_view`)."""
+    return channels_last_view(geo.y_strides, geo.out3, geo.N, geo.G, geo.K)
 
 
 def _w_view(geo: ConvGeometry) -> tuple[list[int], list[int]] | None:
@@ -255,6 +261,18 @@ def _aligned_strides(shape: list[int], strides: list[int], elem: int) -> list[in
     return out
 
 
+def tma_ready(views: tuple[tuple[list[int], list[int]], ...], elem: int) -> tuple | None:
+    """Each (shape, strides) as tuples with TMA-aligned strides (:func:`_aligned_strides`), or None
+    when a real stride is not a multiple of 16 bytes. Tuples: the callers cache the result."""
+    out = []
+    for shape, strides in views:
+        aligned = _aligned_strides(shape, strides, elem)
+        if aligned is None:
+            return None
+        out.append((tuple(shape), tuple(aligned)))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=1024)
 def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
     """((dy shape, dy strides), (w shape, w strides)) ready for TMA descriptors of ``elem``-byte
@@ -265,11 +283,11 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
     if dy is None or w is None:
         return (f"tma needs grad_out with unit K stride and a weight with unit C stride and packed taps "
                 f"(the NHWGC / GNHWC families); layout {layout.name} has neither or one")
-    dy_strides, w_strides = _aligned_strides(*dy, elem), _aligned_strides(*w, elem)
-    if dy_strides is None or w_strides is None:
+    ready = tma_ready((dy, w), elem)
+    if ready is None:
         return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
                 f"16 bytes for {dtype_name}; igemm runs it")
-    return (tuple(dy[0]), tuple(dy_strides)), (tuple(w[0]), tuple(w_strides))  # cached: immutable
+    return ready
 
 
 def _with_base(template: TensorDescriptor, base: torch.Tensor) -> TensorDescriptor:

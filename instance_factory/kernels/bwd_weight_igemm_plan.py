@@ -18,7 +18,7 @@ from ..problem import ConvParams
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
-           "SplitKConfig", "check_tensors", "choose_split_k", "fp8_reason", "tiles_of", "walk_step"]
+           "SplitKConfig", "auto_split", "check_tensors", "choose_split_k", "fp8_reason", "tiles_of", "walk_step"]
 
 SPECS = ("default", "1x1s1p0")
 ALGORITHM_NAMES = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
@@ -120,14 +120,22 @@ def choose_split_k(params: ConvParams, cfg: SplitKConfig, sm_count: int, algorit
     if algorithm == "igemm":
         return 1
     flat = algorithm == "two_stage" and cfg.spec != "1x1s1p0"
-    tiles = tiles_of(params, cfg, flat)
     iters = triton.cdiv(params.N * math.prod(params.output), cfg.block_k)
+    slices = algorithm in ("splitk_reduce", "two_stage")
+    return auto_split(tiles_of(params, cfg, flat), iters, sm_count, params.numel("weight") if slices else 0)
+
+
+def auto_split(tiles: int, iters: int, sm_count: int, weight_numel: int = 0) -> int:
+    """The automatic split rule of the bwd-weight GEMMs: 1 when the tiles alone fill two waves of
+    ``sm_count``, else programs (tiles * split) ~ 3 waves, at least MIN_ITERS_PER_SPLIT of the
+    ``iters`` reduction steps per split, at most MAX_AUTO_SPLIT, and, for the modes that keep one
+    fp32 slice of the ``weight_numel``-element gradient per split (0: none), the slices within
+    WORKSPACE_CAP_BYTES."""
     if tiles >= 2 * sm_count:
         return 1
-    split = triton.cdiv(3 * sm_count, tiles)
-    split = min(split, max(1, iters // MIN_ITERS_PER_SPLIT), MAX_AUTO_SPLIT)
-    if algorithm in ("splitk_reduce", "two_stage"):
-        split = min(split, max(1, WORKSPACE_CAP_BYTES // (4 * params.numel("weight"))))
+    split = min(triton.cdiv(3 * sm_count, tiles), max(1, iters // MIN_ITERS_PER_SPLIT), MAX_AUTO_SPLIT)
+    if weight_numel:
+        split = min(split, max(1, WORKSPACE_CAP_BYTES // (4 * weight_numel)))
     return max(1, split)
 
 

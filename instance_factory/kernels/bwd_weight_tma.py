@@ -42,9 +42,9 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bwd_data_tma import TensorDescriptor, _aligned_strides, _dy_view, _with_base
+from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
-from .bwd_weight_igemm_plan import MAX_AUTO_SPLIT, MIN_ITERS_PER_SPLIT, WORKSPACE_CAP_BYTES, check_tensors
+from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightTmaConfig", "bind", "choose_split", "decline"]
@@ -66,6 +66,9 @@ MIN_GROUP_CHANNELS = 64
 # ------------------------------------------------------------------------------------------------
 # the kernel
 # ------------------------------------------------------------------------------------------------
+# The tile order (split, g, tap, group-M swizzled tile) repeats bwd_weight_igemm's kernel lines
+# instead of calling a shared @triton.jit helper: moving them into one would change the kernel hash
+# of every igemm / split-K / two_stage row in tuning_db/ (kernel_identity.py) and stale them.
 @triton.jit
 def _bwd_weight_tma_kernel(
     dy_desc, x_desc, out_ptr, ws_ptr,
@@ -212,30 +215,20 @@ class BwdWeightTmaConfig(GemmTileConfig):
         return None
 
 
-def _x_view(geo: ConvGeometry) -> tuple[list[int], list[int]] | None:
-    """The input as [N*Di, Hi, Wi, G, C] (shape, strides in elements), or None when its strides cannot
-    express that (C not unit-stride, or n and d not mergeable)."""
-    gs, ns, cs, ds, hs, ws = geo.x_strides
-    di, hi, wi = geo.in3
-    if cs != 1 or (geo.N > 1 and di > 1 and ns != di * ds):
-        return None
-    return [geo.N * di, hi, wi, geo.G, geo.C], [ds if di > 1 else ns, hs, ws, gs, 1]
-
-
 @functools.lru_cache(maxsize=1024)
 def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
     """((dy shape, strides), (x shape, strides)) ready for TMA descriptors, or why not. Cached: every
     tma config of a problem asks (decline), then bind."""
     geo = ConvGeometry.build(params, layout)
-    dy, x = _dy_view(geo), _x_view(geo)
+    dy, x = _dy_view(geo), channels_last_view(geo.x_strides, geo.in3, geo.N, geo.G, geo.C)
     if dy is None or x is None:
         return (f"tma needs channels-last input and grad_out (unit C and K strides: the NHWGC / GNHWC "
                 f"families); layout {layout.name} has neither or one")
-    dy_strides, x_strides = _aligned_strides(*dy, elem), _aligned_strides(*x, elem)
-    if dy_strides is None or x_strides is None:
+    ready = tma_ready((dy, x), elem)
+    if ready is None:
         return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
                 f"16 bytes for {dtype_name}; igemm runs it")
-    return (tuple(dy[0]), tuple(dy_strides)), (tuple(x[0]), tuple(x_strides))
+    return ready
 
 
 def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -261,18 +254,16 @@ def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, d
     return None
 
 
+def _tiles(params: ConvParams, cfg: BwdWeightTmaConfig) -> int:
+    """Output tiles of one split: block_m x block_n of each group's and tap's K x C."""
+    return params.G * math.prod(params.filter) * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
+
+
 def choose_split(params: ConvParams, cfg: BwdWeightTmaConfig, sms: int) -> int:
-    """Automatic split: ~3 waves of programs, at least MIN_ITERS_PER_SPLIT steps each, at most
-    MAX_AUTO_SPLIT, the fp32 slices under WORKSPACE_CAP_BYTES (``choose_split_k``'s rules)."""
-    taps = math.prod(params.filter)
-    tiles = params.G * taps * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
-    if tiles >= 2 * sms:
-        return 1
+    """Automatic split: the GEMM families' rule (:func:`auto_split`) over this family's tiles and
+    pipelined steps (``rows`` row chunks each)."""
     chunks = params.N * math.prod(params.output[:-1]) * triton.cdiv(params.output[-1], cfg.block_k)
-    steps = triton.cdiv(chunks, cfg.rows)
-    split = min(triton.cdiv(3 * sms, tiles), max(1, steps // MIN_ITERS_PER_SPLIT), MAX_AUTO_SPLIT)
-    split = min(split, max(1, WORKSPACE_CAP_BYTES // (4 * params.numel("weight"))))
-    return max(1, split)
+    return auto_split(_tiles(params, cfg), triton.cdiv(chunks, cfg.rows), sms, params.numel("weight"))
 
 
 def bind(args: RunArgs) -> Runner:
@@ -298,7 +289,7 @@ def bind(args: RunArgs) -> Runner:
     split = max(1, min(split, total_steps))
     steps_per_split = triton.cdiv(total_steps, split)
     split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
-    tiles = geo.G * taps * triton.cdiv(geo.K, bm) * triton.cdiv(geo.C, bn)
+    tiles = _tiles(p, cfg)
     if tiles * split > _MAX_GRID:
         raise ValueError(f"bwd-weight tma: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
     mode = _MODE_FUSED if split == 1 else _MODE_SLICE
