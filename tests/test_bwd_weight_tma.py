@@ -116,7 +116,17 @@ def test_declines():
     why = ALG.decline(_cfg(), _p(2, K=16, C=16, i=(6, 20), s=(1, 2)), lt, DATA_TYPES["bf16"], fo)
     assert why and "W stride of 1" in why
     why = ALG.decline(_cfg(block_k=64), p, lt, DATA_TYPES["bf16"], fo)  # Wo = 18
-    assert why and "row width Wo=18" in why
+    assert why and "walked row's 18 positions" in why
+    # a strided 1x1 walks its own rows (Wo = 10); one padded, or a 3-D one whose positions stay in
+    # four axes, declines like any W stride 2
+    one = dict(K=16, C=16, f=(1, 1), i=(6, 20), s=(2, 2))
+    assert ALG.decline(_cfg(block_k=16), _p(2, **one), lt, DATA_TYPES["bf16"], fo) is None
+    why = ALG.decline(_cfg(block_k=32), _p(2, **one), lt, DATA_TYPES["bf16"], fo)
+    assert why and "walked row's 10 positions" in why
+    why = ALG.decline(_cfg(), _p(2, **one, lp=(0, 1), rp=(0, 1)), lt, DATA_TYPES["bf16"], fo)
+    assert why and "W stride of 1" in why
+    p3 = _p(3, N=2, K=16, C=16, f=(1, 1, 1), i=(5, 6, 20), s=(2, 2, 2))  # Di != 2 * Do: n, d apart
+    assert "W stride of 1" in ALG.decline(_cfg(), p3, layout_for("nhwgc", 3), DATA_TYPES["bf16"], fo)
     for family in LAYOUT_FAMILIES:
         if family not in ("nhwgc", "gnhwc"):
             why = ALG.decline(_cfg(), p, layout_for(family, 2), DATA_TYPES["bf16"], fo)
@@ -127,6 +137,35 @@ def test_declines():
     why = ALG.decline(_cfg(), _p(2, G=5, K=24, C=24, i=(6, 20)), lt, DATA_TYPES["bf16"], fo)
     assert why and "C and K >= 64 per group" in why and "C=24" in why
     assert ALG.decline(_cfg(), _p(2, G=2, K=64, C=64, i=(6, 20)), lt, DATA_TYPES["bf16"], fo) is None
+
+
+# Pointwise filters: the positions merge into as few rows as the strides allow (stride 1: one row of
+# N*D*H*W positions, so a 64-wide box is full on a 7x7 plane); strided ones read the input through a
+# strided view of their own positions.
+POINTWISE = {
+    "1x1-s1-flat": (_p(2, G=1, N=3, K=32, C=16, f=(1, 1), i=(5, 7)), dict(block_k=64, rows=1)),
+    "1x1-s1-flat-steps": (_p(2, G=1, N=2, K=16, C=24, f=(1, 1), i=(7, 9)), dict(block_k=32, rows=2)),
+    "1x1-s2-even": (_p(2, G=1, N=2, K=16, C=16, f=(1, 1), i=(4, 30), s=(2, 2)), dict(block_k=16, rows=2)),
+    "1x1-s2-odd": (_p(2, G=1, N=2, K=24, C=16, f=(1, 1), i=(5, 31), s=(2, 2)), dict(block_k=16, rows=1)),
+    "1x1x1-s211": (_p(3, G=1, N=2, K=16, C=16, f=(1, 1, 1), i=(4, 3, 5), s=(2, 1, 1)), dict(block_k=16, rows=1)),
+    "1-s3": (_p(1, G=1, N=2, K=16, C=16, f=(1,), i=(50,), s=(3,)), dict(block_k=16, rows=1)),
+    "G2-1x1-s1": (_p(2, G=2, N=2, K=64, C=64, f=(1, 1), i=(3, 5)), dict(block_k=32, rows=1)),
+}
+
+
+@pytest.mark.parametrize("name", list(POINTWISE))
+def test_pointwise(name):
+    p, box = POINTWISE[name]
+    layout = ("nhwgc", "gnhwc")[list(POINTWISE).index(name) % 2]
+    _check(p, layout, cfg=_cfg(split_k=0, **box))
+
+
+def test_walk_width():
+    assert tma.walk_width(_p(2, N=2, K=16, C=16, f=(1, 1), i=(56, 56))) == 2 * 56 * 56
+    assert tma.walk_width(_p(2, N=2, K=16, C=16, f=(1, 1), i=(56, 56), s=(2, 2))) == 28
+    assert tma.walk_width(_p(2, N=2, K=16, C=16, f=(3, 3), i=(56, 56), lp=(1, 1), rp=(1, 1))) == 56
+    # stride 2 in D only: H and W merge, and N with D when Di = 2 * Do
+    assert tma.walk_width(_p(3, N=2, K=16, C=16, f=(1, 1, 1), i=(4, 3, 5), s=(2, 1, 1))) == 15
 
 
 def test_config_checks():

@@ -31,7 +31,7 @@ def test_tune_on_gpu(tmp_path, op):
         assert len(df) == len(rows) == 6
         ok = df[df.status == "ok"]
         assert len(ok) >= 1, df[["instance", "status", "reason"]].to_string()
-        assert (ok.timing == "do_bench").all() and (ok.reps >= 5).all()
+        assert ok.timing.str.startswith("do_bench").all() and (ok.reps >= 5).all()
         assert ok.cudnn_impl.str.startswith("cudnn").all() and (ok.cudnn_ms > 0).all()
         assert (ok.rel_err <= ok.tolerance).all()
         winner = ok.sort_values("median_ms").instance.iloc[0]

@@ -215,12 +215,75 @@ class BwdWeightTmaConfig(GemmTileConfig):
         return None
 
 
+def _is_pointwise(params: ConvParams) -> bool:
+    """A 1x1(x1) filter without padding: every output position reads one input position."""
+    return all(f == 1 for f in params.filter) and not any(params.left_pad) and not any(params.right_pad)
+
+
+def _merge_positions(sizes: tuple[int, ...], *strides: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The position axes (n, d, h, w) as few axes as the tensors' ``strides`` allow: an axis folds
+    into the next inner one when every tensor steps over it as one run. Size-1 axes are dropped.
+    Returns [(size, stride of each tensor)], outer to inner."""
+    axes = [(n, *(s[i] for s in strides)) for i, n in enumerate(sizes) if n > 1]
+    merged: list[tuple[int, ...]] = []
+    for axis in reversed(axes):
+        if merged and all(axis[t] == merged[-1][t] * merged[-1][0] for t in range(1, len(axis))):
+            merged[-1] = (axis[0] * merged[-1][0], *merged[-1][1:])
+        else:
+            merged.append(axis)
+    return merged[::-1]
+
+
+def _pointwise_walk(geo: ConvGeometry) -> tuple[list, list, tuple[int, ...]] | None:
+    """For a pointwise filter: grad_out and the input (its strided positions) as [A, B, W, G, ch]
+    views over the same position index, merged as far as their strides allow (packed channels-last
+    stride-1 tensors become one row of N*D*H*W positions, so every box is full), plus the walk's
+    (N, Di, Hi, Do, Ho, Wo, stride_d, stride_h) in those axes; None when more than three position axes remain or a
+    channel axis is not unit-stride."""
+    gy, ny, ky, dy_, hy, wy = geo.y_strides
+    gx, nx, cx, dx, hx, wx = geo.x_strides
+    if ky != 1 or cx != 1:
+        return None
+    sd, sh, sw = geo.stride3
+    axes = _merge_positions((geo.N, *geo.out3), (ny, dy_, hy, wy), (nx, dx * sd, hx * sh, wx * sw))
+    if len(axes) > 3:
+        return None
+    axes = [(1, 0, 0)] * (3 - len(axes)) + axes
+    (a, ya, xa), (b, yb, xb), (w, yw, xw) = axes
+    dy_view = [a, b, w, geo.G, geo.K], [ya, yb, yw, gy, 1]
+    x_view = [a, b, w, geo.G, geo.C], [xa, xb, xw, gx, 1]
+    return dy_view, x_view, (a, 1, b, 1, b, w, 1, 1)
+
+
+def walk_width(params: ConvParams) -> int:
+    """Positions per walked row with packed channels-last tensors: the boxes' row (the cost model
+    rounds the reduction to whole block_k-wide boxes of it)."""
+    if not _is_pointwise(params):
+        return params.output[-1]
+    n, (d, h, w), (di, hi, wi) = params.N, params.spatial3("output"), params.spatial3("input")
+    sd, sh, sw = params.spatial3("stride")
+    gc, gk = params.G * params.C, params.G * params.K
+    axes = _merge_positions((n, d, h, w), (d * h * w * gk, h * w * gk, w * gk, gk),
+                            (di * hi * wi * gc, hi * wi * gc * sd, wi * gc * sh, gc * sw))
+    return axes[-1][0] if axes else 1
+
+
 @functools.lru_cache(maxsize=1024)
 def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
-    """((dy shape, strides), (x shape, strides)) ready for TMA descriptors, or why not. Cached: every
-    tma config of a problem asks (decline), then bind."""
+    """((dy shape, strides), (x shape, strides), walk) ready for TMA descriptors, or why not. walk is
+    (N, Di, Hi, Do, Ho, Wo, stride_d, stride_h) of the index space the kernel walks: the problem's own, or for a
+    pointwise filter the merged positions of :func:`_pointwise_walk`. Cached: every tma config of a
+    problem asks (decline), then bind."""
     geo = ConvGeometry.build(params, layout)
-    dy, x = _dy_view(geo), channels_last_view(geo.x_strides, geo.in3, geo.N, geo.G, geo.C)
+    pointwise = _pointwise_walk(geo) if _is_pointwise(params) else None
+    if pointwise is not None:
+        dy, x, walk = pointwise
+    elif params.stride[-1] != 1:
+        return (f"tma needs a W stride of 1 (an input row is one box) or a 1x1 filter without padding, got "
+                f"stride {params.stride}")
+    else:
+        dy, x = _dy_view(geo), channels_last_view(geo.x_strides, geo.in3, geo.N, geo.G, geo.C)
+        walk = (geo.N, *geo.in3[:2], *geo.out3, *geo.stride3[:2])
     if dy is None or x is None:
         return (f"tma needs channels-last input and grad_out (unit C and K strides: the NHWGC / GNHWC "
                 f"families); layout {layout.name} has neither or one")
@@ -228,7 +291,7 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
     if ready is None:
         return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
                 f"16 bytes for {dtype_name}; igemm runs it")
-    return ready
+    return (*ready, walk)
 
 
 def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -242,15 +305,13 @@ def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, d
     if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
         return (f"tma tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per group, got "
                 f"C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
-    if params.stride[-1] != 1:
-        return f"tma needs a W stride of 1 (an input row is one box), got stride {params.stride}"
-    wo = params.output[-1]
-    if cfg.block_k > 2 * wo:
-        return (f"block_k={cfg.block_k} positions per box is over twice the row width Wo={wo}: most of each "
-                "box would be past the row's end")
     views = _tma_views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):
         return views
+    wo = views[2][5]
+    if cfg.block_k > 2 * wo:
+        return (f"block_k={cfg.block_k} positions per box is over twice the walked row's {wo} positions: "
+                "most of each box would be past the row's end")
     return None
 
 
@@ -262,7 +323,8 @@ def _tiles(params: ConvParams, cfg: BwdWeightTmaConfig) -> int:
 def choose_split(params: ConvParams, cfg: BwdWeightTmaConfig, sms: int) -> int:
     """Automatic split: the GEMM families' rule (:func:`auto_split`) over this family's tiles and
     pipelined steps (``rows`` row chunks each)."""
-    chunks = params.N * math.prod(params.output[:-1]) * triton.cdiv(params.output[-1], cfg.block_k)
+    width = walk_width(params)
+    chunks = params.N * math.prod(params.output) // width * triton.cdiv(width, cfg.block_k)
     return auto_split(_tiles(params, cfg), triton.cdiv(chunks, cfg.rows), sms, params.numel("weight"))
 
 
@@ -273,17 +335,15 @@ def bind(args: RunArgs) -> Runner:
     if why is not None:
         raise ValueError(f"bwd-weight tma instance cannot run {p.key()}: {why}")
     dev = check_tensors(args).device
-    (dy_shape, dy_strides), (x_shape, x_strides) = _tma_views(p, args.layout, dt.data.itemsize, dt.name)
+    (dy_shape, dy_strides), (x_shape, x_strides), walk = _tma_views(p, args.layout, dt.data.itemsize, dt.name)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
 
-    Di, Hi, _ = geo.in3
-    Do, Ho, Wo = geo.out3
+    N, Di, Hi, Do, Ho, Wo, sd, sh = walk
     _, FY, FX = geo.filt3
-    sd, sh, _ = geo.stride3
     pd, ph, pw = geo.pad3
     taps = geo.taps
     wch = triton.cdiv(Wo, bk)
-    q_total = geo.N * Do * Ho * wch
+    q_total = N * Do * Ho * wch
     total_steps = triton.cdiv(q_total, cfg.rows)
     split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
     split = max(1, min(split, total_steps))
@@ -305,7 +365,7 @@ def bind(args: RunArgs) -> Runner:
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
     dd, dh, dw = geo.dil3
-    sizes = (geo.G, geo.K, geo.C, taps, FY, FX, Di, Hi, Do, Ho, geo.N * Do,
+    sizes = (geo.G, geo.K, geo.C, taps, FY, FX, Di, Hi, Do, Ho, N * Do,
              sd, sh, -pd, -ph, dd, dh, dw, -pw, wch, q_total, steps_per_split, total_steps, w_numel,
              *geo.w_strides)
     # validated once over small stand-ins (a cached plan must not keep the caller's tensors alive);

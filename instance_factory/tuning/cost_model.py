@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
+
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
 
@@ -189,7 +191,7 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             bm = int(cfg["block_m"])
             tiles = batch * -(-m // bm) * -(-n // bn)
             if op == "conv_bwd_weight" and algorithm == "tma":  # rows in whole block_k-wide boxes
-                wo, bk = params.output[-1], int(cfg["block_k"])
+                wo, bk = tma_walk_width(params), int(cfg["block_k"])
                 k = k * _cdiv(wo, bk) * bk // wo
         split = int(cfg.get("split_k", 1) or 0)
         if split == 0:  # automatic: about three waves, at most MAX_SPLIT
