@@ -56,6 +56,33 @@ def test_model_scales_with_work_and_charges_tile_padding():
     assert C.model_ms("conv_bwd_data", DENSE, "bf16", "igemm", cfg, host_floor_ms=5.0) == 5.0
 
 
+def test_bdrow_is_modelled_by_its_block_diagonal_tiles():
+    """bdrow (grouped wgrad) is a tensor-core kernel: its model follows the padded block-diagonal
+    work (GPT groups per tile), not a CUDA-core rate, so it scales with the layer."""
+    cfg = {"block_w": 64, "block_n": 64, "num_warps": 4, "num_stages": 3, "split": 1}
+    g32 = ConvParams(2, 32, 128, 32, 32, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    g64 = ConvParams(2, 64, 128, 32, 32, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    t32 = C.model_ms("conv_bwd_weight", g32, "bf16", "bdrow", cfg)
+    assert 1.7 < C.model_ms("conv_bwd_weight", g64, "bf16", "bdrow", cfg) / t32 < 2.3
+    # C = K = 24: two groups per 64-wide tile, 48 of 64 rows and columns used (C = 32: all of them)
+    g24 = ConvParams(2, 32, 128, 24, 24, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert C.model_ms("conv_bwd_weight", g24, "bf16", "bdrow", cfg) == pytest.approx(t32, rel=0.05)
+
+
+def test_unaligned_groups_double_the_pointer_gemms(monkeypatch):
+    cfg = {"block_m": 64, "block_n": 64, "block_k": 64, "split_k": 1}
+
+    def ms(G, ch, alg="igemm"):
+        p = ConvParams(2, G, 128, ch, ch, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+        return C.model_ms("conv_bwd_weight", p, "bf16", alg, cfg)
+
+    unaligned, dense24, aligned = ms(37, 24), ms(1, 24), ms(32, 32)
+    monkeypatch.setattr(C, "UNALIGNED_FACTOR", 1.0)
+    assert unaligned == pytest.approx(2 * ms(37, 24))  # G*C = 888: no divisor of 16
+    assert dense24 == pytest.approx(ms(1, 24))  # dense layers keep their model
+    assert aligned == pytest.approx(ms(32, 32))  # C = 32, G*C = 1024
+
+
 def test_nearer_problems_and_same_kind_are_closer():
     near = ConvParams(2, 1, 32, 256, 256, (3, 3), (32, 32), (1, 1), (1, 1), (1, 1), (1, 1))
     far = ConvParams(2, 1, 32, 64, 64, (1, 1), (7, 7), (1, 1), (1, 1), (0, 0), (0, 0))

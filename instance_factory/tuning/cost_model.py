@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
+from ..kernels.grouped_blockdiag import tile_groups
+from ..kernels.grouped_rows import program_taps, row_split
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
@@ -53,11 +55,20 @@ HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03
 # launches, ~0.020) and tiny layers went to the two-launch family. The floor of a family listed here
 # is at most ONE_LAUNCH x (1 + EXTRA_LAUNCH x (launches - 1)), ONE_LAUNCH being the lowest floor of
 # the one-launch families measured (bwd-data igemm: ~0.0125 ms); the H100's measured floors of 2
-# and 3 launches (0.020, 0.023-0.027) fit EXTRA_LAUNCH = 0.6.
+# and 3 launches (0.020, 0.023-0.027) fit EXTRA_LAUNCH = 0.6. bdrow (kernel + reduce) is listed since
+# session 13: measured only on layers of 0.023 ms and more, its floor of 0.030 hid its tile model.
+# The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
+# session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
+# Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
+# on the aligned G32 C32 neighbours they beat it, so the model doubles their time on such grouped
+# layers. Grouped only: applied to dense layers too, the leave-one-out geomean fell 0.922 -> 0.919.
+POINTER_GEMMS = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
+UNALIGNED_FACTOR = 2.0
+
 LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
-            ("conv_bwd_data", "tma"): 1}
+            ("conv_bwd_data", "tma"): 1, ("conv_bwd_weight", "bdrow"): 2}
 EXTRA_LAUNCH = 0.6
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
@@ -206,9 +217,43 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         if algorithm == "padx":  # the padded input copy: written once, read back by the GEMM
             copy = params.N * math.prod(params.reached_input) * params.G * params.C
             mem_s += 2 * copy * _elem_bytes(dtype) / MEM_BW
+        if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
+            compute_s *= UNALIGNED_FACTOR
+            mem_s *= UNALIGNED_FACTOR
+    elif op == "conv_bwd_weight" and algorithm == "bdrow" and "block_w" in cfg:
+        compute_s, mem_s = _bdrow_s(params, dtype, cfg, sms, mem_s)
     else:
         compute_s = params.flops() / CUDA_CORE_FLOPS
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
+
+
+def _unaligned_groups(params: Any) -> bool:
+    """A grouped layer whose channel counts Triton sees without a divisor of 16 (it specializes
+    integer arguments on divisibility by 16 only): the pointer GEMMs' channel loads fall to one
+    element."""
+    return params.G > 1 and any(v % 16 for v in (params.C, params.K, params.G * params.C, params.G * params.K))
+
+
+def _bdrow_s(params: Any, dtype: str, cfg: Mapping[str, Any], sms: int, mem_s: float) -> tuple[float, float]:
+    """bdrow's (compute, memory) seconds: its block-diagonal tensor-core tiles (GPT groups of K rows
+    x the program's taps of GPT groups of C columns, block_w positions of a row per step) with their
+    padding, over the programs its grid and automatic split fill; the split's fp32 partials."""
+    bw, warps = int(cfg["block_w"]), int(cfg.get("num_warps", 4))
+    gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
+    taps = math.prod(params.filter)
+    nt = max(1, program_taps(taps, bk, bn, warps, bw, _elem_bytes(dtype)))
+    do, ho, wo = params.spatial3("output")
+    steps = params.N * do * ho * _cdiv(wo, bw)
+    base = _cdiv(params.G, gpt) * _cdiv(taps, nt)
+    split = int(cfg.get("split", 0) or 0) or row_split(steps, base, sms)
+    split = max(1, min(split, steps))
+    programs = base * split
+    fill = programs / (_cdiv(programs, sms) * sms)
+    padded = 2.0 * _cdiv(params.G, gpt) * taps * bk * bn * steps * bw
+    compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+    if split > 1:
+        mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
+    return compute_s, mem_s
 
 
 # ----------------------------------------------------------------------------------------------
