@@ -261,14 +261,17 @@ def _aligned_strides(shape: list[int], strides: list[int], elem: int) -> list[in
     return out
 
 
-def tma_ready(views: tuple[tuple[list[int], list[int]], ...], elem: int) -> tuple | None:
-    """Each (shape, strides) as tuples with TMA-aligned strides (:func:`_aligned_strides`), or None
-    when a real stride is not a multiple of 16 bytes. Tuples: the callers cache the result."""
+def tma_ready(views: tuple[tuple[list[int], list[int]], ...], elem: int, params: ConvParams,
+              dtype_name: str) -> tuple | str:
+    """Each (shape, strides) as tuples with TMA-aligned strides (:func:`_aligned_strides`), or why
+    not when a real stride is not a multiple of 16 bytes for ``elem``-byte (``dtype_name``) data.
+    Tuples: the callers cache the result."""
     out = []
     for shape, strides in views:
         aligned = _aligned_strides(shape, strides, elem)
         if aligned is None:
-            return None
+            return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
+                    f"16 bytes for {dtype_name}; igemm runs it")
         out.append((tuple(shape), tuple(aligned)))
     return tuple(out)
 
@@ -283,11 +286,7 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
     if dy is None or w is None:
         return (f"tma needs grad_out with unit K stride and a weight with unit C stride and packed taps "
                 f"(the NHWGC / GNHWC families); layout {layout.name} has neither or one")
-    ready = tma_ready((dy, w), elem)
-    if ready is None:
-        return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
-                f"16 bytes for {dtype_name}; igemm runs it")
-    return ready
+    return tma_ready((dy, w), elem, params, dtype_name)
 
 
 def _with_base(template: TensorDescriptor, base: torch.Tensor) -> TensorDescriptor:

@@ -40,12 +40,12 @@ from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
-from ..layouts import LayoutTriple
+from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
 from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightTmaConfig", "bind", "choose_split", "decline"]
 
@@ -183,7 +183,7 @@ class BwdWeightTmaConfig(GemmTileConfig):
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """The pipeline's operand boxes: num_stages x rows x (A: block_k x block_m, B: block_k x block_n)."""
-        return self.num_stages * self.rows * (self.block_m + self.block_n) * self.block_k * elem_bytes
+        return operand_smem_bytes(self.num_stages * self.rows, self.block_m, self.block_n, self.block_k, elem_bytes)
 
     def check(self) -> str | None:
         for name in ("block_m", "block_n", "block_k", "rows"):
@@ -255,17 +255,16 @@ def _pointwise_walk(geo: ConvGeometry) -> tuple[list, list, tuple[int, ...]] | N
     return dy_view, x_view, (a, 1, b, 1, b, w, 1, 1)
 
 
+@functools.lru_cache(maxsize=4096)
 def walk_width(params: ConvParams) -> int:
-    """Positions per walked row with packed channels-last tensors: the boxes' row (the cost model
-    rounds the reduction to whole block_k-wide boxes of it)."""
-    if not _is_pointwise(params):
-        return params.output[-1]
-    n, (d, h, w), (di, hi, wi) = params.N, params.spatial3("output"), params.spatial3("input")
-    sd, sh, sw = params.spatial3("stride")
-    gc, gk = params.G * params.C, params.G * params.K
-    axes = _merge_positions((n, d, h, w), (d * h * w * gk, h * w * gk, w * gk, gk),
-                            (di * hi * wi * gc, hi * wi * gc * sd, wi * gc * sh, gc * sw))
-    return axes[-1][0] if axes else 1
+    """Positions per walked row with packed channels-last (NHWGC) tensors: the boxes' row (the cost
+    model rounds the reduction to whole block_k-wide boxes of it). Cached: the cost model asks for
+    every tma candidate it ranks."""
+    if _is_pointwise(params):
+        walk = _pointwise_walk(ConvGeometry.build(params, layout_for("nhwgc", params.ndim)))
+        if walk is not None:
+            return walk[2][5]
+    return params.output[-1]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -287,11 +286,8 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
     if dy is None or x is None:
         return (f"tma needs channels-last input and grad_out (unit C and K strides: the NHWGC / GNHWC "
                 f"families); layout {layout.name} has neither or one")
-    ready = tma_ready((dy, x), elem)
-    if ready is None:
-        return (f"K={params.K}, C={params.C} (G={params.G}) leave a TMA stride that is not a multiple of "
-                f"16 bytes for {dtype_name}; igemm runs it")
-    return (*ready, walk)
+    ready = tma_ready((dy, x), elem, params, dtype_name)
+    return ready if isinstance(ready, str) else (*ready, walk)
 
 
 def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -320,10 +316,11 @@ def _tiles(params: ConvParams, cfg: BwdWeightTmaConfig) -> int:
     return params.G * math.prod(params.filter) * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
 
 
-def choose_split(params: ConvParams, cfg: BwdWeightTmaConfig, sms: int) -> int:
+def choose_split(params: ConvParams, cfg: BwdWeightTmaConfig, sms: int, width: int | None = None) -> int:
     """Automatic split: the GEMM families' rule (:func:`auto_split`) over this family's tiles and
-    pipelined steps (``rows`` row chunks each)."""
-    width = walk_width(params)
+    pipelined steps (``rows`` row chunks each); ``width``: the walked row's positions (default:
+    :func:`walk_width`, bind passes its own walk's)."""
+    width = width or walk_width(params)
     chunks = params.N * math.prod(params.output) // width * triton.cdiv(width, cfg.block_k)
     return auto_split(_tiles(params, cfg), triton.cdiv(chunks, cfg.rows), sms, params.numel("weight"))
 
@@ -345,7 +342,7 @@ def bind(args: RunArgs) -> Runner:
     wch = triton.cdiv(Wo, bk)
     q_total = N * Do * Ho * wch
     total_steps = triton.cdiv(q_total, cfg.rows)
-    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
+    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev), Wo)
     split = max(1, min(split, total_steps))
     steps_per_split = triton.cdiv(total_steps, split)
     split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
