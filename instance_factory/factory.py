@@ -175,6 +175,7 @@ def load_kernel_modules() -> None:
     explicit, no plugin magic; here, not in algorithms.py, so the table's layer never imports kernels)."""
     from .kernels import (  # noqa: F401
         bwd_data_igemm,
+        bwd_data_pointwise,
         bwd_data_tma,
         bwd_weight_igemm,
         bwd_weight_padx,

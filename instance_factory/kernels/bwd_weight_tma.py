@@ -45,7 +45,7 @@ from ..problem import ConvParams
 from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, operand_smem_bytes, sm_count
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, merge_positions, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightTmaConfig", "bind", "choose_split", "decline"]
 
@@ -220,20 +220,6 @@ def _is_pointwise(params: ConvParams) -> bool:
     return all(f == 1 for f in params.filter) and not any(params.left_pad) and not any(params.right_pad)
 
 
-def _merge_positions(sizes: tuple[int, ...], *strides: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """The position axes (n, d, h, w) as few axes as the tensors' ``strides`` allow: an axis folds
-    into the next inner one when every tensor steps over it as one run. Size-1 axes are dropped.
-    Returns [(size, stride of each tensor)], outer to inner."""
-    axes = [(n, *(s[i] for s in strides)) for i, n in enumerate(sizes) if n > 1]
-    merged: list[tuple[int, ...]] = []
-    for axis in reversed(axes):
-        if merged and all(axis[t] == merged[-1][t] * merged[-1][0] for t in range(1, len(axis))):
-            merged[-1] = (axis[0] * merged[-1][0], *merged[-1][1:])
-        else:
-            merged.append(axis)
-    return merged[::-1]
-
-
 def _pointwise_walk(geo: ConvGeometry) -> tuple[list, list, tuple[int, ...]] | None:
     """For a pointwise filter: grad_out and the input (its strided positions) as [A, B, W, G, ch]
     views over the same position index, merged as far as their strides allow (packed channels-last
@@ -245,7 +231,7 @@ def _pointwise_walk(geo: ConvGeometry) -> tuple[list, list, tuple[int, ...]] | N
     if ky != 1 or cx != 1:
         return None
     sd, sh, sw = geo.stride3
-    axes = _merge_positions((geo.N, *geo.out3), (ny, dy_, hy, wy), (nx, dx * sd, hx * sh, wx * sw))
+    axes = merge_positions((geo.N, *geo.out3), (ny, dy_, hy, wy), (nx, dx * sd, hx * sh, wx * sw))
     if len(axes) > 3:
         return None
     axes = [(1, 0, 0)] * (3 - len(axes)) + axes

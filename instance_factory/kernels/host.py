@@ -11,7 +11,7 @@ import torch
 from ..kernel_config import KernelConfig
 
 __all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "GemmTileConfig", "check_num_stages", "is_pow2",
-           "operand_smem_bytes", "pipeline_stages", "sm_count"]
+           "merge_positions", "operand_smem_bytes", "pipeline_stages", "sm_count"]
 
 DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
 INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
@@ -73,3 +73,17 @@ def pipeline_stages(bytes_per_stage: int, most: int = 3) -> int:
     """Software-pipeline depth (Triton's num_stages) whose operand buffers fit PIPELINE_SMEM_BUDGET;
     at least 1. A deeper pipeline than fits fails to compile with OutOfResources."""
     return max(1, min(most, PIPELINE_SMEM_BUDGET // max(1, bytes_per_stage)))
+
+
+def merge_positions(sizes: tuple[int, ...], *strides: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The position axes (n, d, h, w) as few axes as the tensors' ``strides`` allow: an axis folds
+    into the next inner one when every tensor steps over it as one run. Size-1 axes are dropped.
+    Returns [(size, stride of each tensor)], outer to inner."""
+    axes = [(n, *(s[i] for s in strides)) for i, n in enumerate(sizes) if n > 1]
+    merged: list[tuple[int, ...]] = []
+    for axis in reversed(axes):
+        if merged and all(axis[t] == merged[-1][t] * merged[-1][0] for t in range(1, len(axis))):
+            merged[-1] = (axis[0] * merged[-1][0], *merged[-1][1:])
+        else:
+            merged.append(axis)
+    return merged[::-1]

@@ -46,8 +46,9 @@ MAX_SPLIT = 64
 
 # Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
 # time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
-# call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound.
-HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03}
+# call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound. pointwise (bwd
+# data, session 14) builds the same two descriptors per call.
+HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03}
 
 # Kernel launches per call of the bwd-weight GEMM families. A family's measured floor (its fastest
 # row) says how small its evidence went, not what one call costs: igemm (one launch) is only ever
@@ -68,7 +69,7 @@ UNALIGNED_FACTOR = 2.0
 LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
-            ("conv_bwd_data", "tma"): 1, ("conv_bwd_weight", "bdrow"): 2}
+            ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2}
 EXTRA_LAUNCH = 0.6
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps

@@ -1,0 +1,246 @@
+"""conv_bwd_data (dL/dIn) of a pointwise layer (1x1(x1) filter, stride 1, no padding) as a persistent
+TMA GEMM over the merged positions.
+
+Per group g, with p running over every position (n, d, h, w) of grad_out, which are grad_in's:
+
+    dx[p, g, c] = sum_k dy[p, g, k] * w[g, k, c]
+
+When both activations store their positions as one packed run (the channels-last families,
+NHWGC and GNHWC), p is a single axis of N*D*H*W positions: grad_out is the 3-D TMA view [G, P, K]
+and the weight [G, K, C]. The tiles are block_m positions x block_n channels and never waste a row
+on a plane's edge (``tma`` dgrad covers a 7x7 plane with an 8x8 patch: 49/64 useful rows; igemm has
+no TMA). TMA zero fill handles every tail (P, K and C need not divide the tile); the result and the
+D tensors go through pointers once per tile.
+
+Persistent: one program per SM (two for the smaller tiles) walks the tiles in group-M order
+(``tl.range(..., flatten=True)`` lets the software pipeline fetch the next tile's first boxes while
+the current tile's epilogue runs), so a layer of 2-4 waves pays the pipeline fill once per program
+instead of once per tile. The rest (other filters, strides, padding, channels-first grad_out)
+declines to ``igemm`` / ``tma``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..geometry import ConvGeometry
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .bwd_data_tma import TensorDescriptor, _with_base, tma_ready
+from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2, merge_positions, sm_count
+
+__all__ = ["ALGORITHM", "BwdDataPointwiseConfig", "bind", "decline", "programs_per_sm"]
+
+_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
+_MAX_BOX = 256  # TMA: at most 256 elements per box dim
+_MAX_GRID = 2**31 - 1
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernel
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(g, position tile, channel tile) of a linear tile id; group-M order within a group: programs
+    running together share grad_out rows and weight columns in L2."""
+    per_g = tiles_m * tiles_n
+    g = tile // per_g
+    t = tile % per_g
+    in_group = GROUP_M * tiles_n
+    first_m = (t // in_group) * GROUP_M
+    size_m = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (t % in_group) % size_m
+    pid_n = (t % in_group) // size_m
+    return g, pid_m, pid_n
+
+
+@triton.jit
+def _bwd_data_pointwise_kernel(
+    dy_desc, w_desc, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    P, K, C,  # merged positions, channels of grad_out and grad_in per group
+    xs_p, xs_g, xs_c,  # grad_in (and every D) strides, xs_p and xs_g divided by ALIGN
+    tiles_m, tiles_n, num_tiles, num_programs,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_INT64: tl.constexpr, ALIGN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    xs_p = xs_p * ALIGN
+    xs_g = xs_g * ALIGN
+    # the epilogue recomputes its tile from its own counter: the flattened loop's prologue and
+    # epilogue then share no value (the persistent-matmul pattern of Triton's tutorials)
+    tile_e = pid - num_programs
+    for tile in tl.range(pid, num_tiles, num_programs, flatten=True):
+        g, pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        p0 = pid_m * BLOCK_M
+        c0 = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kt in range(0, k_tiles):
+            a = dy_desc.load([g, p0, kt * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)
+            b = w_desc.load([g, kt * BLOCK_K, c0]).reshape(BLOCK_K, BLOCK_N)
+            if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+        tile_e += num_programs
+        ge, em, en = _tile_coords(tile_e, tiles_m, tiles_n, GROUP_M)
+        offs_m = em * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = en * BLOCK_N + tl.arange(0, BLOCK_N)
+        o_mask = (offs_m < P)[:, None] & (offs_n < C)[None, :]
+        if USE_INT64:
+            ge = ge.to(tl.int64)
+            offs_m = offs_m.to(tl.int64)
+            offs_n = offs_n.to(tl.int64)
+        o_offs = ge * xs_g + offs_m[:, None] * xs_p + offs_n[None, :] * xs_c
+        res = apply_epilogue(acc, o_offs, o_mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                             OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + o_offs, res.to(out_ptr.dtype.element_ty), mask=o_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# host side
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BwdDataPointwiseConfig(GemmTileConfig):
+    """A block_m (positions) x block_n (C) tile of one group's grad_in, reduced over block_k-wide
+    chunks of K, tiles in groups of group_m, num_stages-deep pipeline of TMA boxes."""
+
+    def check(self) -> str | None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not is_pow2(v) or not 16 <= v <= _MAX_BOX:
+                return f"{name}={v!r} must be a power of two in 16..{_MAX_BOX} (tl.dot's smallest tile, a TMA box dim)"
+        if self.block_m < 64:
+            return f"block_m={self.block_m} must be >= 64 (one warpgroup MMA's rows)"
+        gm = self.group_m
+        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
+            return f"group_m={gm!r} must be a positive int"
+        if self.num_warps not in (4, 8):
+            return f"num_warps={self.num_warps!r} must be 4 or 8 (one or two warpgroups)"
+        if (why := check_num_stages(self.num_stages)) is not None:
+            return why
+        if self.block_m * self.block_n // (32 * self.num_warps) > 128:
+            return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in {self.num_warps} warps' registers"
+        need = self.smem_bytes(2)
+        if need > SMEM_PER_BLOCK:
+            return (f"needs {need // 1024} KiB of shared memory with 2-byte operands, over the "
+                    f"{SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
+        return None
+
+
+def programs_per_sm(cfg: BwdDataPointwiseConfig, elem_bytes: int) -> int:
+    """Persistent programs per SM: two when two fit in shared memory and the accumulator leaves
+    room in the register file (64x128 tiles and smaller), else one."""
+    small = cfg.block_m * cfg.block_n <= 8192
+    return 2 if small and 2 * cfg.smem_bytes(elem_bytes) <= SMEM_PER_BLOCK else 1
+
+
+def _is_pointwise(params: ConvParams) -> bool:
+    return params.is_1x1_stride1_pad0
+
+
+@functools.lru_cache(maxsize=1024)
+def _views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
+    """((dy shape, strides), (w shape, strides)) ready for TMA descriptors, the merged position count
+    and grad_in's (position, group, channel) strides; or why not. Cached: every config of a problem
+    asks (decline), then bind."""
+    geo = ConvGeometry.build(params, layout)
+    gy, ny, ky, dy_, hy, wy = geo.y_strides
+    gx, nx, cx, dx, hx, wx = geo.x_strides
+    gw, kw, cw = geo.w_strides[:3]
+    if ky != 1 or cw != 1:
+        return (f"pointwise needs grad_out with unit K stride and a weight with unit C stride (the NHWGC / "
+                f"GNHWC families); layout {layout.name} has neither or one")
+    axes = merge_positions((geo.N, *geo.out3), (ny, dy_, hy, wy), (nx, dx, hx, wx))
+    if len(axes) > 1:
+        return f"pointwise needs the positions of grad_out and grad_in as one packed run; {layout.name} has {len(axes)}"
+    positions, ys_p, xs_p = axes[0] if axes else (1, geo.G * geo.K, geo.G * geo.C)
+    # unit box dims lead (group first): a reshape that drops them folds into the shared-memory
+    # view, where a unit dim between positions and channels made Triton 3.6 feed wgmma from registers
+    dy = [geo.G, positions, geo.K], [gy, ys_p, 1]
+    w = [geo.G, geo.K, geo.C], [gw, kw, 1]
+    ready = tma_ready((dy, w), elem, params, dtype_name)
+    return ready if isinstance(ready, str) else (*ready, positions, (xs_p, gx, cx))
+
+
+def decline(cfg: BwdDataPointwiseConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """None when this instance can run the problem, else a clear reason."""
+    if TensorDescriptor is None:
+        return "pointwise needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
+    if dtype.name not in _DTYPES:
+        return f"pointwise bwd data has no {dtype.name!r} variant ({dtype.label}); it supports {', '.join(_DTYPES)}"
+    if not _is_pointwise(params):
+        return (f"pointwise is the GEMM of a 1x1 filter with stride 1 and no padding; the problem has filter "
+                f"{params.filter}, stride {params.stride}, padding {params.left_pad}/{params.right_pad}")
+    views = _views(params, layout, dtype.data.itemsize, dtype.name)
+    if isinstance(views, str):
+        return views
+    need = cfg.smem_bytes(dtype.data.itemsize)
+    if need > SMEM_PER_BLOCK:
+        return (f"m{cfg.block_m} n{cfg.block_n} k{cfg.block_k} with num_stages={cfg.num_stages} needs "
+                f"{need // 1024} KiB of shared memory for {dtype.name}, over {SMEM_PER_BLOCK // 1024} KiB")
+    return None
+
+
+def bind(args: RunArgs) -> Runner:
+    """Per-problem host work once; the runner moves the two descriptors' bases and launches."""
+    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
+    why = decline(cfg, p, args.layout, dt, args.fused)
+    if why is not None:
+        raise ValueError(f"bwd-data pointwise instance cannot run {p.key()}: {why}")
+    (dy_shape, dy_strides), (w_shape, w_strides), positions, (xs_p, xs_g, xs_c) = _views(
+        p, args.layout, dt.data.itemsize, dt.name)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles_m, tiles_n = triton.cdiv(positions, bm), triton.cdiv(geo.C, bn)
+    num_tiles = geo.G * tiles_m * tiles_n
+    if num_tiles > _MAX_GRID:
+        raise ValueError(f"bwd-data pointwise: {num_tiles} tiles are over the {_MAX_GRID} a tile id holds")
+    programs = min(num_tiles, programs_per_sm(cfg, dt.data.itemsize) * sm_count(args.out.device))
+    upcast = interpreting() and dt.data == torch.bfloat16
+    precision = "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
+    align = geo.channel_alignment()
+    kernel = BoundKernel(
+        _bwd_data_pointwise_kernel, (programs,),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
+        USE_INT64=geo.needs_int64, ALIGN=align, UPCAST=upcast, PRECISION=precision,
+        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    scalars = (positions, geo.K, geo.C, xs_p // align, xs_g // align, xs_c, tiles_m, tiles_n, num_tiles, programs)
+    # validated once over small stand-ins (a cached plan must not keep the caller's tensors alive);
+    # per call only the base moves
+    dy_template = TensorDescriptor(args.a.new_empty(16), list(dy_shape), list(dy_strides), [1, bm, bk])
+    w_template = TensorDescriptor(args.b.new_empty(16), list(w_shape), list(w_strides), [1, bk, bn])
+
+    def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        kernel(_with_base(dy_template, dy), _with_base(w_template, w), out, *epilogue_args(ds, out),
+               alpha, beta, *scalars)
+
+    return run
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op="conv_bwd_data",
+    name="pointwise",
+    config=BwdDataPointwiseConfig,
+    decline=decline,
+    bind=bind,
+    description=(
+        "1x1 / stride-1 / pad-0 dL/dIn as a persistent TMA GEMM over the merged positions (grad_out "
+        "[G, P, K] and weight [G, K, C] boxes, zero-filled tails, no plane-edge waste); channels-last"
+    ),
+    kernels=(_bwd_data_pointwise_kernel,),
+))

@@ -1,0 +1,145 @@
+"""conv_bwd_data ``pointwise`` kernel family: correctness vs the float64 reference, launched directly.
+
+A persistent TMA GEMM over merged positions: the cases put tails on every axis (positions, K and C
+not multiples of the tile), more tiles than programs (each program walks several tiles, across
+groups), both channels-last layout families in 1D/2D/3D, every dtype and fused op, and the declines.
+Runs in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import test_bwd_data_igemm as igemm_tests  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from instance_factory.algorithms import ALGORITHMS, RunArgs, interpreting  # noqa: E402
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
+from instance_factory.kernels import bwd_data_pointwise  # noqa: E402  (registers the algorithm)
+from instance_factory.layouts import layout_for  # noqa: E402
+from instance_factory.problem import ConvParams  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+
+ALG = ALGORITHMS[("conv_bwd_data", "pointwise")]
+BASE_CFG = dict(block_m=64, block_n=16, block_k=16, group_m=2, num_warps=4, num_stages=2)
+
+
+def P(ndim, G, N, K, C, i):  # noqa: N802 - a pointwise problem: 1x1, stride 1, no padding
+    one = (1,) * ndim
+    return ConvParams(ndim, G, N, K, C, one, i, one, one, (0,) * ndim, (0,) * ndim)
+
+
+def run_case(p: ConvParams, layout_family: str = "nhwgc", dtype: str = "fp32", cfg: dict | None = None,
+             **kw) -> float:
+    """igemm's test runner (fresh random data, NaN-poisoned result, float64 reference) on pointwise."""
+    return igemm_tests.run_case(p, layout_family, dtype, cfg, alg=ALG, base_cfg=BASE_CFG, **kw)
+
+
+GEOMETRY = {
+    # 2*7*9 = 126 positions: one full 64-row tile and a tail; K = 40 leaves a 16-wide k tail of 8
+    "2d-tails": P(2, 1, 2, 40, 24, (7, 9)),
+    "2d-G=3": P(2, 3, 3, 16, 32, (5, 6)),
+    "1d": P(1, 2, 4, 24, 16, (33,)),
+    "3d": P(3, 1, 2, 16, 48, (3, 4, 5)),
+    "3d-G=2": P(3, 2, 1, 32, 16, (2, 5, 7)),
+    "one-position": P(2, 1, 1, 16, 16, (1, 1)),
+}
+
+
+@pytest.mark.parametrize("layout_family", ["nhwgc", "gnhwc"])
+@pytest.mark.parametrize("name", list(GEOMETRY))
+def test_geometry(name, layout_family):
+    run_case(GEOMETRY[name], layout_family)
+
+
+def test_programs_walk_several_tiles():
+    """More tiles than persistent programs: the grid is capped at the SM count, so with 16-row
+    stand-in tiles each program walks tiles of several groups and channel tiles."""
+    p = P(2, 2, 4, 16, 48, (8, 9))  # 288 positions: 5 x 64-row tiles x 3 channel tiles x 2 groups
+    run_case(p, cfg=dict(group_m=1))
+    run_case(p, "gnhwc", cfg=dict(group_m=8))
+
+
+def test_persistent_grid_is_capped(monkeypatch):
+    """The launch has at most programs_per_sm x SMs programs, however many tiles there are."""
+    seen = {}
+    real = bwd_data_pointwise.BoundKernel
+
+    def spy(kernel, grid, **kw):
+        seen["grid"] = grid
+        return real(kernel, grid, **kw)
+
+    monkeypatch.setattr(bwd_data_pointwise, "BoundKernel", spy)
+    monkeypatch.setattr(bwd_data_pointwise, "sm_count", lambda dev: 2)
+    p = P(2, 1, 2, 16, 32, (8, 10))  # 160 positions: 3 row tiles x 2 channel tiles
+    run_case(p)
+    cfg = ALG.config.from_values(BASE_CFG)
+    assert seen["grid"] == (min(6, 2 * bwd_data_pointwise.programs_per_sm(cfg, 4)),)
+
+
+@pytest.mark.parametrize("dtype", ["fp32_tf32", "fp16", "bf16"])
+def test_dtypes(dtype):
+    run_case(P(2, 2, 2, 32, 16, (5, 7)), "nhwgc", dtype)
+
+
+@pytest.mark.parametrize("op,n_ds", [("scale", 0), ("bilinear", 1), ("add", 1), ("add", 4), ("add_relu", 1)])
+def test_fused_ops(op, n_ds):
+    run_case(P(2, 2, 1, 16, 16, (6, 7)), "nhwgc", "fp32", op=op, n_ds=n_ds, alpha=0.75, beta=-1.25)
+
+
+@triton.jit
+def _user_gate(acc, d0):
+    return tl.where(d0 > 0, acc * d0, acc - 0.5 * d0)
+
+
+def test_custom_epilogue():
+    run_case(P(2, 1, 1, 16, 16, (5, 6)), op=_user_gate, n_ds=1,
+             user_ref=lambda acc, d0: torch.where(d0 > 0, acc * d0, acc - 0.5 * d0))
+
+
+def test_declines_say_why():
+    cfg = ALG.config.from_values(BASE_CFG)
+    fused = FUSED_OPS["passthrough"]
+    fp16 = DATA_TYPES["fp16"]
+    nhwgc = layout_for("nhwgc", 2)
+    p = P(2, 1, 1, 16, 16, (6, 6))
+    assert ALG.decline(cfg, p, nhwgc, fp16, fused) is None
+    assert "unit K stride" in ALG.decline(cfg, p, layout_for("ngchw", 2), fp16, fused)
+    three = ConvParams(2, 1, 1, 16, 16, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert "1x1 filter with stride 1 and no padding" in ALG.decline(cfg, three, nhwgc, fp16, fused)
+    strided = ConvParams(2, 1, 1, 16, 16, (1, 1), (6, 6), (2, 2), (1, 1), (0, 0), (0, 0))
+    assert "stride (2, 2)" in ALG.decline(cfg, strided, nhwgc, fp16, fused)
+    odd = P(2, 2, 1, 12, 6, (6, 6))
+    assert "16 bytes" in ALG.decline(cfg, odd, nhwgc, fp16, fused)
+    assert "no 'fp16_fp8' variant" in ALG.decline(cfg, p, nhwgc, DATA_TYPES["fp16_fp8"], fused)
+    assert "power of two" in cfg.replace(block_k=24).check()
+    assert "block_m=32 must be >= 64" in cfg.replace(block_m=32).check()
+    assert "registers" in cfg.replace(block_m=256, block_n=256, num_warps=8).check()
+
+
+def test_bind_refuses_a_declined_problem():
+    p = ConvParams(2, 1, 1, 16, 16, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
+    lt = layout_for("nhwgc", 2)
+    dt = DATA_TYPES["fp32"]
+    args = RunArgs(params=p, layout=lt, dtype=dt, fused=FUSED_OPS["passthrough"], user_fn=None, alpha=1.0,
+                   beta=0.0, a=torch.zeros(lt.shape("output", p)), b=torch.zeros(lt.shape("weight", p)), ds=(),
+                   out=torch.zeros(lt.shape("input", p)), cfg=ALG.config.from_values(BASE_CFG))
+    with pytest.raises(ValueError, match="pointwise instance cannot run"):
+        ALG.bind(args)
+
+
+def test_registered_configs_are_persistent_tiles():
+    """The shipped configs: whole warpgroup tiles, operand boxes that fit beside the epilogue."""
+    from instance_factory.factory import expand_file
+    names = {i.name.rsplit("-", 1)[1] for i in expand_file("configs/conv_bwd_data.yaml").instances
+             if i.algorithm == "pointwise"}
+    assert "m128_n256_k64_gm8_w8_s3" in names and "m128_n128_k64_gm8_w4_s3" in names
+    assert len(names) == 30
