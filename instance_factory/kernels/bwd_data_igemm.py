@@ -301,9 +301,8 @@ class BwdDataIgemmConfig(GemmTileConfig):
                 return f"{name}={v} is over {_MAX_BLOCK}"
         if self.block_m * self.block_n > 256 * 256:
             return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in registers"
-        gm = self.group_m
-        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-            return f"group_m={gm!r} must be a positive int"
+        if (why := self.group_m_reason()) is not None:
+            return why
         if self.num_warps not in _NUM_WARPS:
             return f"num_warps={self.num_warps!r} must be one of {_NUM_WARPS}"
         ns = self.num_stages

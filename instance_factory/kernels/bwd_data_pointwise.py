@@ -35,7 +35,7 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bwd_data_tma import TensorDescriptor, _with_base, tma_ready
+from .bwd_data_tma import TensorDescriptor, _with_base, descriptor_template, tma_ready
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2, merge_positions, sm_count
 
 __all__ = ["ALGORITHM", "BwdDataPointwiseConfig", "bind", "decline", "programs_per_sm"]
@@ -124,20 +124,8 @@ class BwdDataPointwiseConfig(GemmTileConfig):
                 return f"{name}={v!r} must be a power of two in 16..{_MAX_BOX} (tl.dot's smallest tile, a TMA box dim)"
         if self.block_m < 64:
             return f"block_m={self.block_m} must be >= 64 (one warpgroup MMA's rows)"
-        gm = self.group_m
-        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-            return f"group_m={gm!r} must be a positive int"
-        if self.num_warps not in (4, 8):
-            return f"num_warps={self.num_warps!r} must be 4 or 8 (one or two warpgroups)"
-        if (why := check_num_stages(self.num_stages)) is not None:
-            return why
-        if self.block_m * self.block_n // (32 * self.num_warps) > 128:
-            return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in {self.num_warps} warps' registers"
-        need = self.smem_bytes(2)
-        if need > SMEM_PER_BLOCK:
-            return (f"needs {need // 1024} KiB of shared memory with 2-byte operands, over the "
-                    f"{SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
-        return None
+        return (self.group_m_reason() or self.warpgroups_reason() or check_num_stages(self.num_stages)
+                or self.fit_reason(max_acc_regs=128))
 
 
 def programs_per_sm(cfg: BwdDataPointwiseConfig, elem_bytes: int) -> int:
@@ -145,10 +133,6 @@ def programs_per_sm(cfg: BwdDataPointwiseConfig, elem_bytes: int) -> int:
     room in the register file (64x128 tiles and smaller), else one."""
     small = cfg.block_m * cfg.block_n <= 8192
     return 2 if small and 2 * cfg.smem_bytes(elem_bytes) <= SMEM_PER_BLOCK else 1
-
-
-def _is_pointwise(params: ConvParams) -> bool:
-    return params.is_1x1_stride1_pad0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -182,7 +166,7 @@ def decline(cfg: BwdDataPointwiseConfig, params: ConvParams, layout: LayoutTripl
         return "pointwise needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
     if dtype.name not in _DTYPES:
         return f"pointwise bwd data has no {dtype.name!r} variant ({dtype.label}); it supports {', '.join(_DTYPES)}"
-    if not _is_pointwise(params):
+    if not params.is_1x1_stride1_pad0:
         return (f"pointwise is the GEMM of a 1x1 filter with stride 1 and no padding; the problem has filter "
                 f"{params.filter}, stride {params.stride}, padding {params.left_pad}/{params.right_pad}")
     views = _views(params, layout, dtype.data.itemsize, dtype.name)
@@ -201,7 +185,7 @@ def bind(args: RunArgs) -> Runner:
     why = decline(cfg, p, args.layout, dt, args.fused)
     if why is not None:
         raise ValueError(f"bwd-data pointwise instance cannot run {p.key()}: {why}")
-    (dy_shape, dy_strides), (w_shape, w_strides), positions, (xs_p, xs_g, xs_c) = _views(
+    dy_view, w_view, positions, (xs_p, xs_g, xs_c) = _views(
         p, args.layout, dt.data.itemsize, dt.name)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     tiles_m, tiles_n = triton.cdiv(positions, bm), triton.cdiv(geo.C, bn)
@@ -220,10 +204,8 @@ def bind(args: RunArgs) -> Runner:
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     scalars = (positions, geo.K, geo.C, xs_p // align, xs_g // align, xs_c, tiles_m, tiles_n, num_tiles, programs)
-    # validated once over small stand-ins (a cached plan must not keep the caller's tensors alive);
-    # per call only the base moves
-    dy_template = TensorDescriptor(args.a.new_empty(16), list(dy_shape), list(dy_strides), [1, bm, bk])
-    w_template = TensorDescriptor(args.b.new_empty(16), list(w_shape), list(w_strides), [1, bk, bn])
+    dy_template = descriptor_template(args.a, dy_view, [1, bm, bk])
+    w_template = descriptor_template(args.b, w_view, [1, bk, bn])
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
         kernel(_with_base(dy_template, dy), _with_base(w_template, w), out, *epilogue_args(ds, out),

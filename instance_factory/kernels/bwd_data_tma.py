@@ -45,7 +45,7 @@ try:  # Triton >= 3.4: host-side tensor descriptors
 except ImportError:  # pragma: no cover - an older Triton: every problem declines
     TensorDescriptor = None
 
-__all__ = ["ALGORITHM", "BwdDataTmaConfig", "bind", "channels_last_view", "decline", "tma_ready"]
+__all__ = ["ALGORITHM", "BwdDataTmaConfig", "bind", "channels_last_view", "decline", "descriptor_template", "tma_ready"]
 
 _DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
 _NUM_WARPS = (4, 8)
@@ -289,6 +289,14 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
     return tma_ready((dy, w), elem, params, dtype_name)
 
 
+def descriptor_template(like: torch.Tensor, view: tuple, box: list[int]) -> TensorDescriptor:
+    """A descriptor of ``view`` ((shape, strides)) with ``box``, validated once over a small stand-in
+    of ``like``'s dtype and device: a cached plan must not keep the caller's tensors alive, so per call
+    :func:`_with_base` only moves the base."""
+    shape, strides = view
+    return TensorDescriptor(like.new_empty(16), list(shape), list(strides), box)
+
+
 def _with_base(template: TensorDescriptor, base: torch.Tensor) -> TensorDescriptor:
     """``template`` over ``base`` (same shape, strides and box). TMA needs a 16-byte aligned base: a
     view that starts elsewhere is copied (the public ops pass whole tensors, so this is rare)."""
@@ -326,7 +334,7 @@ def bind(args: RunArgs) -> Runner:
     tensors) and launches."""
     geo, cfg, dt = args.geo, args.cfg, args.dtype
     assert dt.name in _DTYPES, dt.name
-    (dy_shape, dy_strides), (w_shape, w_strides) = _tma_views(args.params, args.layout, dt.data.itemsize, dt.name)
+    dy_view, w_view = _tma_views(args.params, args.layout, dt.data.itemsize, dt.name)
     bh, bw, bn, bk = cfg.block_h, cfg.block_w, cfg.block_n, cfg.block_k
     dy_box = [1, bh, bw, 1, bk]
     w_box = [1, bk, 1, bn]
@@ -360,10 +368,8 @@ def bind(args: RunArgs) -> Runner:
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
-    # validated once here over a small stand-in (a cached plan must not keep the caller's tensors
-    # alive); per call only the base moves, and copying the fields skips the dataclass's checks (~4 us a call)
-    dy_template = TensorDescriptor(args.a.new_empty(16), list(dy_shape), list(dy_strides), dy_box)
-    w_template = TensorDescriptor(args.b.new_empty(16), list(w_shape), list(w_strides), w_box)
+    dy_template = descriptor_template(args.a, dy_view, dy_box)
+    w_template = descriptor_template(args.b, w_view, w_box)
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
         kernel(_with_base(dy_template, dy), _with_base(w_template, w), out, *epilogue_args(ds, out), table,

@@ -51,9 +51,8 @@ class SplitKConfig(GemmTileConfig):
                 return f"{name}={v} is below 16, the smallest tl.dot tile"
             if v > 256:
                 return f"{name}={v} is above 256"
-        gm = self.group_m
-        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-            return f"group_m={gm!r} must be a positive int"
+        if (why := self.group_m_reason()) is not None:
+            return why
         nw = self.num_warps
         if nw not in (1, 2, 4, 8, 16):
             return f"num_warps={nw!r} must be one of 1, 2, 4, 8, 16"

@@ -42,10 +42,10 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
-from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, tma_ready
+from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, merge_positions, operand_smem_bytes, sm_count
+from .host import INT32_LIMIT, GemmTileConfig, is_pow2, merge_positions, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightTmaConfig", "bind", "choose_split", "decline"]
 
@@ -196,23 +196,14 @@ class BwdWeightTmaConfig(GemmTileConfig):
                 return f"{name}={v} must be 16..{_MAX_BOX} (tl.dot's smallest tile, a TMA box dim)"
         if self.rows * self.block_k > _MAX_STEP:
             return f"rows*block_k={self.rows * self.block_k} positions per step is over {_MAX_STEP}"
-        gm = self.group_m
-        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
-            return f"group_m={gm!r} must be a positive int"
-        if self.num_warps not in (4, 8):
-            return f"num_warps={self.num_warps!r} must be 4 or 8 (one or two warpgroups)"
+        if (why := self.group_m_reason() or self.warpgroups_reason()) is not None:
+            return why
         if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
             return f"num_stages={self.num_stages!r} must be an int in 2..6"
         sk = self.split_k
         if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
             return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
-        if self.block_m * self.block_n // (32 * self.num_warps) > 256:
-            return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in {self.num_warps} warps' registers"
-        need = self.smem_bytes(2)
-        if need > SMEM_PER_BLOCK:
-            return (f"needs {need // 1024} KiB of shared memory with 2-byte operands, over the "
-                    f"{SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
-        return None
+        return self.fit_reason(max_acc_regs=256)
 
 
 def _is_pointwise(params: ConvParams) -> bool:
@@ -318,7 +309,7 @@ def bind(args: RunArgs) -> Runner:
     if why is not None:
         raise ValueError(f"bwd-weight tma instance cannot run {p.key()}: {why}")
     dev = check_tensors(args).device
-    (dy_shape, dy_strides), (x_shape, x_strides), walk = _tma_views(p, args.layout, dt.data.itemsize, dt.name)
+    dy_view, x_view, walk = _tma_views(p, args.layout, dt.data.itemsize, dt.name)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
 
     N, Di, Hi, Do, Ho, Wo, sd, sh = walk
@@ -351,10 +342,8 @@ def bind(args: RunArgs) -> Runner:
     sizes = (geo.G, geo.K, geo.C, taps, FY, FX, Di, Hi, Do, Ho, N * Do,
              sd, sh, -pd, -ph, dd, dh, dw, -pw, wch, q_total, steps_per_split, total_steps, w_numel,
              *geo.w_strides)
-    # validated once over small stand-ins (a cached plan must not keep the caller's tensors alive);
-    # per call only the base moves
-    dy_template = TensorDescriptor(args.b.new_empty(16), list(dy_shape), list(dy_strides), [1, 1, bk, 1, bm])
-    x_template = TensorDescriptor(args.a.new_empty(16), list(x_shape), list(x_strides), [1, 1, bk, 1, bn])
+    dy_template = descriptor_template(args.b, dy_view, [1, 1, bk, 1, bm])
+    x_template = descriptor_template(args.a, x_view, [1, 1, bk, 1, bn])
 
     if mode == _MODE_FUSED:
         def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,

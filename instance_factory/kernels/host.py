@@ -63,6 +63,30 @@ class GemmTileConfig(KernelConfig):
         """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
         return operand_smem_bytes(self.num_stages, self.block_m, self.block_n, self.block_k, elem_bytes)
 
+    def group_m_reason(self) -> str | None:
+        """Why group_m is invalid (a positive int), or None."""
+        gm = self.group_m
+        if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
+            return f"group_m={gm!r} must be a positive int"
+        return None
+
+    def warpgroups_reason(self) -> str | None:
+        """Why num_warps is not one or two warpgroups (wgmma tiles), or None."""
+        if self.num_warps not in (4, 8):
+            return f"num_warps={self.num_warps!r} must be 4 or 8 (one or two warpgroups)"
+        return None
+
+    def fit_reason(self, max_acc_regs: int) -> str | None:
+        """Why the fp32 accumulator (over ``max_acc_regs`` registers a thread) or the pipeline's 2-byte
+        operand tiles (over a Hopper SM's shared memory) do not fit, or None."""
+        if self.block_m * self.block_n // (32 * self.num_warps) > max_acc_regs:
+            return f"a {self.block_m}x{self.block_n} fp32 accumulator does not fit in {self.num_warps} warps' registers"
+        need = self.smem_bytes(2)
+        if need > SMEM_PER_BLOCK:
+            return (f"needs {need // 1024} KiB of shared memory with 2-byte operands, over the "
+                    f"{SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
+        return None
+
 
 def operand_smem_bytes(num_stages: int, block_m: int, block_n: int, block_k: int, elem_bytes: int) -> int:
     """Shared memory of a GEMM's pipelined operand tiles: num_stages copies of A (BMxBK) and B (BKxBN)."""
