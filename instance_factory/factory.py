@@ -179,6 +179,7 @@ def load_kernel_modules() -> None:
         bwd_data_tma,
         bwd_weight_igemm,
         bwd_weight_padx,
+        bwd_weight_shift,
         bwd_weight_tma,
         depthwise_slide,
         depthwise_stream,

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
 from ..kernels.grouped_blockdiag import tile_groups
 from ..kernels.grouped_rows import program_taps, row_split
@@ -47,8 +48,9 @@ MAX_SPLIT = 64
 # Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
 # time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
 # call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound. pointwise (bwd
-# data, session 14) builds the same two descriptors per call.
-HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03}
+# data, session 14) and shift (bwd weight, session 15) build the same two descriptors per call.
+HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03,
+                ("conv_bwd_weight", "shift"): 0.03}
 
 # Kernel launches per call of the bwd-weight GEMM families. A family's measured floor (its fastest
 # row) says how small its evidence went, not what one call costs: igemm (one launch) is only ever
@@ -69,7 +71,8 @@ UNALIGNED_FACTOR = 2.0
 LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
-            ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2}
+            ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
+            ("conv_bwd_weight", "shift"): 2}
 EXTRA_LAUNCH = 0.6
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
@@ -205,14 +208,21 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             if op == "conv_bwd_weight" and algorithm == "tma":  # rows in whole block_k-wide boxes
                 wo, bk = tma_walk_width(params), int(cfg["block_k"])
                 k = k * _cdiv(wo, bk) * bk // wo
+            if op == "conv_bwd_weight" and algorithm == "shift":  # whole boxes per plane + the fix
+                k = shift_positions(params, int(cfg["block_k"]))
         split = int(cfg.get("split_k", 1) or 0)
-        if split == 0:  # automatic: about three waves, at most MAX_SPLIT
+        if cfg.get("schedule") == "stream":  # equal step shares on every SM, atomic adds of partial tiles
+            split = 1
+        elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
         programs = tiles * split
-        fill = programs / (-(-programs // sms) * sms)
+        stream = cfg.get("schedule") == "stream"
+        fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
         padded = 2.0 * tiles * bm * bn * k
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
+        if stream:  # zeroed fp32 workspace read back once, a partial tile added per share boundary
+            mem_s += 4 * (2 * params.numel("weight") + (tiles + sms) * bm * bn) / MEM_BW
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
         if algorithm == "padx":  # the padded input copy: written once, read back by the GEMM
