@@ -179,6 +179,7 @@ def load_kernel_modules() -> None:
         bwd_data_tma,
         bwd_weight_igemm,
         bwd_weight_padx,
+        bwd_weight_relayout,  # noqa: F401  (last: it delegates to the kernels above)
         bwd_weight_shift,
         bwd_weight_tma,
         depthwise_slide,

@@ -72,7 +72,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
-            ("conv_bwd_weight", "shift"): 2}
+            ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4}
 EXTRA_LAUNCH = 0.6
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
@@ -231,6 +231,10 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
             compute_s *= UNALIGNED_FACTOR
             mem_s *= UNALIGNED_FACTOR
+    elif algorithm == "relayout":  # channels-last copies of input and grad_out, then a tensor-core GEMM
+        act = params.N * params.G * (params.C * math.prod(params.input) + params.K * math.prod(params.output))
+        mem_s += 2 * act * _elem_bytes(dtype) / MEM_BW
+        compute_s = params.flops() / PEAK_FLOPS.get(_compute_type(dtype), 350e12)
     elif op == "conv_bwd_weight" and algorithm == "bdrow" and "block_w" in cfg:
         compute_s, mem_s = _bdrow_s(params, dtype, cfg, sms, mem_s)
     else:

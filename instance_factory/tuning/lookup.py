@@ -381,3 +381,14 @@ def _build_index(dev: Any) -> _Index:
         setattr(idx, tier, _ranked_by_key(df[df["status"] == "ok"]))
     idx.files = tuple(files)
     return idx
+
+
+def _register_relayout_resolver() -> None:
+    """bwd-weight ``relayout`` (kernels layer) serves channels-first problems with the instance this
+    module chooses for their channels-last twin."""
+    from ..kernels import bwd_weight_relayout
+
+    bwd_weight_relayout.set_twin_resolver(lookup)
+
+
+_register_relayout_resolver()

@@ -1,0 +1,97 @@
+"""conv_bwd_weight ``relayout`` (channels-first layouts through channels-last copies, run by the
+instance lookup serves for the channels-last twin): correctness vs the float64 reference on both
+channels-first families (GKYXC and GKCYX weights: the latter through a GKYXC buffer, D tensors
+included), 1-D/2-D/3-D, groups, strides, fused ops, dtypes; the declines; the served twin instance.
+Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import test_bwd_weight_igemm as igemm_tests  # noqa: E402
+import torch  # noqa: E402
+
+from instance_factory.algorithms import RunArgs, interpreting  # noqa: E402
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
+from instance_factory.kernels import bwd_weight_relayout as relayout  # noqa: E402
+from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
+from instance_factory.tuning import lookup as _lookup  # noqa: E402, F401  (sets relayout's twin resolver)
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+
+_p = igemm_tests._p
+ALG = igemm_tests._alg("relayout")
+CFG = ALG.config.from_values({"inner": "lookup"})
+
+
+def _check(p, layout, dtype="fp32", **kw):
+    return igemm_tests._check("relayout", p, layout, dtype, cfg=CFG, **kw)
+
+
+CASES = {
+    "2d-3x3-p1": _p(2, G=1, N=2, K=8, C=16, f=(3, 3), i=(6, 7), lp=(1, 1), rp=(1, 1)),
+    "2d-s2-asym": _p(2, G=2, N=1, K=8, C=8, f=(3, 2), i=(7, 6), s=(2, 2), lp=(1, 0), rp=(0, 1)),
+    "1d-dil": _p(1, G=1, N=2, K=8, C=8, f=(3,), i=(11,), d=(2,), lp=(2,), rp=(2,)),
+    "3d": _p(3, G=2, N=1, K=8, C=8, f=(3, 1, 3), i=(3, 4, 5), lp=(1, 0, 1), rp=(1, 0, 1)),
+    "depthwise": _p(2, G=8, N=2, K=1, C=1, f=(3, 3), i=(5, 5), lp=(1, 1), rp=(1, 1)),
+}
+
+
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_geometry(name, family):
+    _check(CASES[name], family)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w"])
+def test_dtypes(dtype):
+    out = _check(CASES["2d-3x3-p1"], "ngchw", dtype)
+    assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
+
+
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("op,n_ds", [("bilinear", 1), ("add_relu", 1), ("scale", 0)])
+def test_fused_ops(op, n_ds, family):
+    # with a GKCYX weight the D tensors go through the GKYXC buffer as well
+    _check(CASES["2d-s2-asym"], family, op=op, n_ds=n_ds, alpha=1.5, beta=-0.75)
+
+
+def test_serves_the_channels_last_twin():
+    p = CASES["2d-3x3-p1"]
+    lt = layout_for("ngchw_kcyx", 2)
+    x = torch.randn(lt.shape("input", p))
+    dy = torch.randn(lt.shape("output", p))
+    out = torch.empty(lt.shape("weight", p))
+    run = ALG.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["passthrough"],
+                           user_fn=None, alpha=1.0, beta=1.0, a=x, b=dy, ds=(), out=out, cfg=CFG))
+    assert "-NHWGC_GKYXC_NHWGK-fp32-" in run.inner_instance
+    assert relayout.twin_layout(lt).name == "NHWGC/GKYXC/NHWGK"
+
+
+def test_declines():
+    p = CASES["2d-3x3-p1"]
+    fo = FUSED_OPS["passthrough"]
+    for family in LAYOUT_FAMILIES:
+        lt = layout_for(family, 2)
+        why = ALG.decline(CFG, p, lt, DATA_TYPES["bf16"], fo)
+        assert (why is None) == (not lt.channels_last), (family, why)
+        if lt.channels_last:
+            assert "channels-last already" in why
+    assert "must be one of" in ALG.config.from_values({"inner": "fixed"}).check()
+
+
+def test_kernel_hash_covers_the_served_kernels():
+    # relayout's rows go stale when any kernel that can serve the twin changes
+    from instance_factory.algorithms import ALGORITHMS
+
+    served = {k for (op, name), alg in ALGORITHMS.items() if op == "conv_bwd_weight" and name != "relayout"
+              and alg.config.__module__.startswith("instance_factory.") for k in alg.kernels}
+    names = {(k.fn.__module__, k.fn.__name__) for k in ALG.kernels}
+    missing = {(k.fn.__module__, k.fn.__name__) for k in served} - names
+    assert not missing, missing
