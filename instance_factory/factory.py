@@ -173,22 +173,10 @@ def _expand_algorithm(path: Path, op: str, idx: int, spec: dict) -> tuple[list[d
 def load_kernel_modules() -> None:
     """Import every kernel module: each registers its algorithms in ``ALGORITHMS`` when imported (kept
     explicit, no plugin magic; here, not in algorithms.py, so the table's layer never imports kernels)."""
-    from .kernels import (  # noqa: F401
-        bwd_data_igemm,
-        bwd_data_pointwise,
-        bwd_data_tma,
-        bwd_weight_igemm,
-        bwd_weight_padx,
-        bwd_weight_relayout,  # noqa: F401  (last: it delegates to the kernels above)
-        bwd_weight_shift,
-        bwd_weight_tma,
-        depthwise_slide,
-        depthwise_stream,
-        depthwise_wgrad,
-        direct_grouped,
-        grouped_blockdiag,
-        grouped_rows,
-    )
+    from .kernels import import_kernel_modules
+
+    import_kernel_modules()
+    from .kernels import bwd_weight_relayout  # noqa: F401  (last: it delegates to the kernels above)
 
 
 def expand_file(path: Path | str) -> Expansion:

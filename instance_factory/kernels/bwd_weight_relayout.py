@@ -25,6 +25,7 @@ from ..epilogue import FusedOp
 from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
+from . import import_kernel_modules
 
 __all__ = ["ALGORITHM", "RelayoutConfig", "bind", "decline", "set_twin_resolver", "twin_layout"]
 
@@ -93,9 +94,12 @@ def bind(args: RunArgs) -> Runner:
     def like(t: torch.Tensor, perm: tuple[int, ...]) -> torch.Tensor:
         return t.permute(perm).contiguous()
 
-    x0, dy0 = like(args.a, x_perm), like(args.b, dy_perm)
-    out0 = args.out if same_weight else like(args.out, w_perm)
-    ds0 = tuple(args.ds) if same_weight else tuple(like(d, w_perm) for d in args.ds)
+    def twin_empty(tensor: str, like_t: torch.Tensor) -> torch.Tensor:  # the inner bind reads shapes only
+        return torch.empty(twin.shape(tensor, p), dtype=like_t.dtype, device=like_t.device)
+
+    x0, dy0 = twin_empty("input", args.a), twin_empty("output", args.b)
+    out0 = args.out if same_weight else twin_empty("weight", args.out)
+    ds0 = tuple(args.ds) if same_weight else tuple(twin_empty("weight", d) for d in args.ds)
     inner = inst.alg.bind(RunArgs(params=p, layout=twin, dtype=dt, fused=args.fused, user_fn=args.user_fn,
                                   alpha=args.alpha, beta=args.beta, a=x0, b=dy0, ds=ds0, out=out0,
                                   cfg=inst.kernel_config))
@@ -114,18 +118,7 @@ def bind(args: RunArgs) -> Runner:
 
 
 # every bwd-weight kernel can serve the twin: their modules first (factory imports this one last)
-from . import (  # noqa: E402, F401
-    bwd_weight_igemm,
-    bwd_weight_padx,
-    bwd_weight_shift,
-    bwd_weight_tma,
-    depthwise_slide,
-    depthwise_stream,
-    depthwise_wgrad,
-    direct_grouped,
-    grouped_blockdiag,
-    grouped_rows,
-)
+import_kernel_modules()
 
 ALGORITHM = register_algorithm(Algorithm(
     op=OP_NAME, name="relayout", config=RelayoutConfig, decline=decline, bind=bind,

@@ -351,14 +351,23 @@ def plane_plan(params: ConvParams) -> str | None:
     return None
 
 
+def wrapped_columns(params: ConvParams) -> int:
+    """Columns per row whose flat read wraps into the neighbouring row for the worst tap (|sx| of the
+    leftmost and rightmost): what the fix re-sums. None for a 1-D problem (one row, no H taps), where
+    a wrapped read leaves the plane and TMA returns zeros anyway."""
+    _, hi, wi = params.spatial3("input")
+    _, fy, fx = params.spatial3("filter")
+    if hi == 1 and params.spatial3("output")[1] == 1 and fy == 1 and params.spatial3("left_pad")[1] == 0:
+        return 0
+    dw, pw = params.spatial3("dilation")[2], params.spatial3("left_pad")[2]
+    return min(max(pw, (fx - 1) * dw - pw), wi)
+
+
 def reduction_positions(params: ConvParams, block_k: int) -> int:
     """Positions one tile's reduction walks: each output plane in whole block_k-wide boxes, plus the
     wrapped columns the fix re-sums (the cost model's K for this family)."""
-    _, ho, wo = params.spatial3("output")
-    planes = params.N * params.spatial3("output")[0]
-    fx, dw, pw = params.spatial3("filter")[2], params.spatial3("dilation")[2], params.spatial3("left_pad")[2]
-    ncol = 0 if ho == 1 and params.spatial3("filter")[1] == 1 else min(max(pw, (fx - 1) * dw - pw), wo)
-    return planes * (-(-ho * wo // block_k) * block_k + ncol * ho)
+    do, ho, wo = params.spatial3("output")
+    return params.N * do * (-(-ho * wo // block_k) * block_k + wrapped_columns(params) * ho)
 
 
 def decline(cfg: BwdWeightShiftConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -405,11 +414,7 @@ def bind(args: RunArgs) -> Runner:
     ndo = geo.N * Do
     ch = triton.cdiv(Ho * Wo, bk)
     total_steps = ndo * ch
-    # wrapped columns of the worst tap (|sx| of the leftmost and rightmost); none for a 1-D problem
-    # (one row, no H taps), where a wrapped read leaves the plane and TMA returns zeros anyway
-    one_row = Hi == 1 and Ho == 1 and FY == 1 and ph == 0
-    ncol = 0 if one_row else min(max(pw, (FX - 1) * dw - pw), Wi)
-    fix_total = ncol * ndo * Ho
+    fix_total = wrapped_columns(p) * ndo * Ho
 
     units = _tiles(p, cfg)
     stream = cfg.schedule == "stream"

@@ -211,12 +211,12 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             if op == "conv_bwd_weight" and algorithm == "shift":  # whole boxes per plane + the fix
                 k = shift_positions(params, int(cfg["block_k"]))
         split = int(cfg.get("split_k", 1) or 0)
-        if cfg.get("schedule") == "stream":  # equal step shares on every SM, atomic adds of partial tiles
+        stream = cfg.get("schedule") == "stream"  # equal step shares on every SM, atomic adds of partial tiles
+        if stream:
             split = 1
         elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
         programs = tiles * split
-        stream = cfg.get("schedule") == "stream"
         fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
         padded = 2.0 * tiles * bm * bn * k
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
