@@ -6,15 +6,17 @@ session 16 measured the pointer GEMMs there at 0.06-0.3x cuDNN on dense 3x3 laye
 layers channels-last run at ~1x. ``relayout`` copies input and grad_out once into the channels-last
 twin layout (NHWGC with the same weight layout GKYXC; a GKCYX weight and its D tensors go through a
 small GKYXC buffer) and runs the instance that ``lookup`` serves for the twin problem (its tuned row,
-else the miss policy). The copies cost two reads and two writes of the activations; on large dense
-layers that is far less than the channels-first GEMM loses.
+else the miss policy). The copies (``layout_copy``'s batched transpose: an NGCHW tensor is N
+matrices [G*C, H*W]) cost two reads and two writes of the activations; on large dense layers that is
+far less than the channels-first GEMM loses.
 
-Its instances carry no kernel of their own: their kernel hash covers every bwd-weight kernel that can
-serve the twin, so a change to any of them stales relayout's rows too.
+Its kernel hash covers the transpose and every bwd-weight kernel that can serve the twin, so a change
+to any of them stales relayout's rows too.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +28,8 @@ from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
 from . import import_kernel_modules
+from .layout_copy import KERNELS as COPY_KERNELS
+from .layout_copy import transpose_copier
 
 __all__ = ["ALGORITHM", "RelayoutConfig", "bind", "decline", "set_twin_resolver", "twin_layout"]
 
@@ -87,7 +91,9 @@ def bind(args: RunArgs) -> Runner:
         raise ValueError(f"bwd-weight relayout instance cannot run {p.key()}: {why}")
     twin = twin_layout(lt)
     inst = _TWIN_RESOLVER[0](OP_NAME, p, layout=twin, dtype=dt, fused_op=args.fused.name, device=args.a.device)
-    x_perm, dy_perm = _perm(lt.input, twin.input), _perm(lt.output, twin.output)
+    spatial_in, spatial_out = math.prod(p.input), math.prod(p.output)
+    copy_x = transpose_copier(p.N, p.G * p.C, spatial_in)  # NGC{spatial} -> N{spatial}GC
+    copy_dy = transpose_copier(p.N, p.G * p.K, spatial_out)
     same_weight = lt.weight == twin.weight
     w_perm, w_back = _perm(lt.weight, twin.weight), _perm(twin.weight, lt.weight)
 
@@ -99,17 +105,21 @@ def bind(args: RunArgs) -> Runner:
 
     x0, dy0 = twin_empty("input", args.a), twin_empty("output", args.b)
     out0 = args.out if same_weight else twin_empty("weight", args.out)
+    x_shape, dy_shape, w_shape = x0.shape, dy0.shape, out0.shape
     ds0 = tuple(args.ds) if same_weight else tuple(twin_empty("weight", d) for d in args.ds)
     inner = inst.alg.bind(RunArgs(params=p, layout=twin, dtype=dt, fused=args.fused, user_fn=args.user_fn,
                                   alpha=args.alpha, beta=args.beta, a=x0, b=dy0, ds=ds0, out=out0,
                                   cfg=inst.kernel_config))
 
     def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        xc, dyc = like(x, x_perm), like(dy, dy_perm)
+        xc = torch.empty(x_shape, dtype=x.dtype, device=x.device)  # per call: the runner holds no buffers
+        dyc = torch.empty(dy_shape, dtype=dy.dtype, device=dy.device)
+        copy_x(x, xc)
+        copy_dy(dy, dyc)
         if same_weight:
             inner(xc, dyc, out, ds, alpha, beta)
             return
-        buf = torch.empty(out0.shape, dtype=out.dtype, device=out.device)
+        buf = torch.empty(w_shape, dtype=out.dtype, device=out.device)
         inner(xc, dyc, buf, tuple(like(d, w_perm) for d in ds), alpha, beta)
         out.copy_(buf.permute(w_back))
 
@@ -124,5 +134,5 @@ ALGORITHM = register_algorithm(Algorithm(
     op=OP_NAME, name="relayout", config=RelayoutConfig, decline=decline, bind=bind,
     description="channels-first bwd weight through channels-last copies of input and grad_out, run by the "
                 "instance lookup serves for the channels-last twin problem",
-    kernels=tuple(dict.fromkeys(k for (op, _), alg in list(ALGORITHMS.items()) if op == OP_NAME
-                                for k in alg.kernels))))
+    kernels=(*COPY_KERNELS, *dict.fromkeys(k for (op, _), alg in list(ALGORITHMS.items())
+                                                       if op == OP_NAME for k in alg.kernels))))

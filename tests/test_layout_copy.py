@@ -1,0 +1,54 @@
+"""``layout_copy``'s batched transpose (the channels-first <-> channels-last copy ``relayout`` uses):
+bit-exact against torch's permute on odd sizes (tiles cut on both axes, 3-channel stems, one-row
+matrices), every data dtype, the NGCHW -> NHWGC view, and the checks on mismatched tensors.
+Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from instance_factory.algorithms import interpreting  # noqa: E402
+from instance_factory.kernels.layout_copy import batched_transpose, transpose_copier  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+DEVICE = "cpu" if interpreting() else "cuda"
+
+
+@pytest.mark.parametrize("batch,rows,cols", [(2, 3, 49), (1, 64, 64), (3, 70, 130), (2, 1, 17), (1, 200, 5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_matches_torch_transpose(batch, rows, cols, dtype):
+    src = torch.randn(batch, rows, cols, device=DEVICE).to(dtype)
+    got = batched_transpose(src, batch, rows, cols)
+    assert got.shape == (batch, cols, rows)
+    assert torch.equal(got, src.transpose(1, 2))
+
+
+def test_ngchw_to_nhwgc_view():
+    n, g, c, h, w = 2, 3, 5, 6, 7
+    x = torch.randn(n, g, c, h, w, device=DEVICE)
+    out = torch.full((n, h, w, g, c), float("nan"), device=DEVICE)  # poisoned: every element is written
+    transpose_copier(n, g * c, h * w)(x, out)
+    assert torch.equal(out, x.permute(0, 3, 4, 1, 2))
+
+
+def test_non_contiguous_source_goes_through_torch():
+    base = torch.randn(2, 9, 40, device=DEVICE)
+    src = base[:, :, ::2]  # [2, 9, 20], not contiguous
+    dst = torch.empty(2, 20, 9, device=DEVICE)
+    transpose_copier(2, 9, 20)(src, dst)
+    assert torch.equal(dst, src.transpose(1, 2))
+
+
+def test_rejects_mismatched_tensors():
+    copy = transpose_copier(2, 4, 8)
+    with pytest.raises(ValueError, match=r"\[2, 4, 8\]"):
+        copy(torch.randn(2, 4, 9, device=DEVICE), torch.empty(2, 9, 4, device=DEVICE))
+    with pytest.raises(ValueError, match="float16"):
+        copy(torch.randn(2, 4, 8, device=DEVICE), torch.empty(2, 8, 4, device=DEVICE, dtype=torch.float16))
