@@ -155,9 +155,10 @@ def test_every_kernel_has_a_typed_frozen_config():
 
     get_registry()  # loads every kernel module
     shipped = [key for key, alg in ALGORITHMS.items() if alg.config.__module__.startswith("instance_factory.")]
-    assert len(shipped) == 18 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "padx",
+    assert len(shipped) == 19 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "padx",
                                                                "direct", "depthwise", "dwstream", "dwslide",
-                                                               "blockdiag", "bdrow", "tma", "pointwise", "shift", "relayout"}
+                                                               "blockdiag", "bdrow", "tma", "pointwise", "shift", "relayout",
+                                                               "cfirst"}
     for key in shipped:
         config = ALGORITHMS[key].config
         assert issubclass(config, KernelConfig) and config.__dataclass_params__.frozen, key

@@ -210,6 +210,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
                 k = k * _cdiv(wo, bk) * bk // wo
             if op == "conv_bwd_weight" and algorithm == "shift":  # whole boxes per plane + the fix
                 k = shift_positions(params, int(cfg["block_k"]))
+            if op == "conv_bwd_weight" and algorithm == "cfirst":  # each image's positions in whole chunks
+                bk = int(cfg["block_k"])
+                k = params.N * _cdiv(math.prod(params.output), bk) * bk
         split = int(cfg.get("split_k", 1) or 0)
         stream = cfg.get("schedule") == "stream"  # equal step shares on every SM, atomic adds of partial tiles
         if stream:

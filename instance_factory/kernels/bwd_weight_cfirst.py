@@ -1,0 +1,292 @@
+"""conv_bwd_weight (dL/dW) for channels-first layouts as a per-tap GEMM over position-contiguous tiles.
+
+Per group g and filter tap t (M = K, N = C, reduced over the output positions):
+
+    dw[g, k, t, c] = sum_{n, s} dy[n, g, k, s] * x[n, g, c, in(s, t)]
+
+where s is the flat output position (od, oh, ow) of one image and in(s, t) the input position that
+tap t reads from it. In NGC{spatial} tensors s is the contiguous axis, i.e. the GEMM's reduction
+axis: a grad_out tile [block_m channels, block_k positions] is block_m runs of block_k consecutive
+elements (K-major, the operand order wgmma wants), and so is the input tile [block_n, block_k]. The
+pointer GEMMs (``igemm`` and relatives) tile channels along the fast axis instead, which in these
+layouts are a whole plane apart (one-element loads: 0.06-0.3x cuDNN on dense 3x3 layers, session 16).
+
+"Same" layers (stride 1, an output as large as the input): in(s, t) = s + shift(t), so the input
+tile is one run shifted by a constant; a mask zeroes the positions whose row, plane or depth leaves
+the input (the padding). Other layers (strides, shrinking outputs) gather the input positions from
+(od, oh, ow). Masked loads stay on the cp.async path: both operands reach wgmma from shared memory.
+
+Launches: the GEMM (the epilogue from the accumulator with one split, else fp32 slices per split)
+and, with several splits, ``bwd_weight_igemm``'s fixed-order reduce + epilogue (deterministic). The
+same two-level fp32 summation as the igemm kernels bounds the accumulation error of long reductions.
+Only channels-first layouts (NGCW/NGCHW/NGCDHW, both weight layouts) run here; fp8 compute does not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..geometry import ConvGeometry
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from .bwd_weight_igemm_plan import auto_split, check_tensors
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
+
+__all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_same_layer"]
+
+OP_NAME = "conv_bwd_weight"
+_MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
+_MODE_SLICE = 2  # fp32 store into this split's workspace slice
+_MAX_GRID = 2**31 - 1
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernel
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _bwd_weight_cfirst_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr,
+    d0, d1, d2, d3, alpha, beta,
+    G, K, C, TAPS, FY, FX,
+    Di, Hi, Wi, Do, Ho, Wo, S_OUT, SCH,  # SCH: block_k chunks per image (ceil(S_OUT / BLOCK_K))
+    sd, sh, sw, off_z, off_y, off_x, dil_z, dil_y, dil_x,  # off_* = -padding per axis
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w, ys_g, ys_n, ys_k,
+    STEPS_PER_SPLIT, TOTAL_STEPS, W_NUMEL,
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    CHUNK_STEPS: tl.constexpr, SAME: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
+    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    # ---- (split, g, tap, group-M swizzled tile), tile fastest: programs running together read the
+    # same grad_out and input positions (L2) ---------------------------------------------------------
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(K, BLOCK_M)
+    num_pid_n = tl.cdiv(C, BLOCK_N)
+    tiles = num_pid_m * num_pid_n
+    tile = pid % tiles
+    rest = pid // tiles
+    tap = rest % TAPS
+    rest = rest // TAPS
+    g = rest % G
+    split = rest // G
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile // per_group) * GROUP_M
+    rows_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % rows_m
+    pid_n = (tile % per_group) // rows_m
+
+    tx = tap % FX
+    ty = (tap // FX) % FY
+    tz = tap // (FX * FY)
+    zoff = tz * dil_z + off_z
+    yoff = ty * dil_y + off_y
+    xoff = tx * dil_x + off_x
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < K
+    n_ok = offs_n < C
+    if INT64:
+        g = g.to(tl.int64)
+        split = split.to(tl.int64)
+        dy_rows = dy_ptr + g * ys_g + offs_m.to(tl.int64) * ys_k
+        x_rows = x_ptr + g * xs_g + offs_n.to(tl.int64) * xs_c
+    else:
+        dy_rows = dy_ptr + g * ys_g + offs_m * ys_k
+        x_rows = x_ptr + g * xs_g + offs_n * xs_c
+    shift = zoff * xs_d + yoff * xs_h + xoff * xs_w  # "same" layers: the tap's constant flat shift
+
+    q_start = split * STEPS_PER_SPLIT
+    q_end = tl.minimum(q_start + STEPS_PER_SPLIT, TOTAL_STEPS)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for c_lo in range(q_start, q_end, CHUNK_STEPS):
+        c_hi = tl.minimum(c_lo + CHUNK_STEPS, q_end)
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for q in range(c_lo, c_hi):
+            n = q // SCH
+            s = (q - n * SCH) * BLOCK_K + tl.arange(0, BLOCK_K)
+            if INT64:
+                n = n.to(tl.int64)
+            ow = s % Wo
+            t = s // Wo
+            oh = t % Ho
+            od = t // Ho
+            id_ = od * sd + zoff
+            ih = oh * sh + yoff
+            iw = ow * sw + xoff
+            valid = s < S_OUT
+            inside = valid & (id_ >= 0) & (id_ < Di) & (ih >= 0) & (ih < Hi) & (iw >= 0) & (iw < Wi)
+            if SAME:
+                xs = s + shift
+            else:
+                xs = id_ * xs_d + ih * xs_h + iw * xs_w
+            a = tl.load(dy_rows[:, None] + n * ys_n + s[None, :], mask=m_ok[:, None] & valid[None, :], other=0.0)
+            b = tl.load(x_rows[:, None] + n * xs_n + xs[None, :], mask=n_ok[:, None] & inside[None, :], other=0.0)
+            if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            part = tl.dot(a, tl.trans(b), part, input_precision=INPUT_PRECISION, out_dtype=tl.float32)
+        acc += part
+
+    if INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    w_offs = (g * ws_g + tz * ws_z + ty * ws_y + tx * ws_x) + offs_m[:, None] * ws_k + offs_n[None, :] * ws_c
+    w_mask = m_ok[:, None] & n_ok[None, :]
+    if MODE == 0:
+        res = apply_epilogue(acc, w_offs, w_mask, d0, d1, d2, d3, alpha, beta, OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + w_offs, res.to(out_ptr.dtype.element_ty), mask=w_mask)
+    else:
+        tl.store(ws_ptr + split * W_NUMEL + w_offs, acc, mask=w_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# host side
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BwdWeightCfirstConfig(GemmTileConfig):
+    """A block_m (K) x block_n (C) tile of one tap's dW, reduced over chunks of block_k consecutive
+    output positions of one image, split over split_k programs (0: automatic)."""
+
+    split_k: int
+
+    def check(self) -> str | None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not is_pow2(v) or not 16 <= v <= 256:
+                return f"{name}={v!r} must be a power of two in 16..256 (tl.dot's smallest tile is 16)"
+        if (why := self.group_m_reason() or self.warpgroups_reason()) is not None:
+            return why
+        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
+            return f"num_stages={self.num_stages!r} must be an int in 2..6"
+        sk = self.split_k
+        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
+            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        return self.fit_reason(max_acc_regs=256)
+
+
+def is_same_layer(geo: ConvGeometry) -> bool:
+    """Stride 1 and an output as large as the input on every axis, with packed channels-first
+    positions: a tap reads the input at a constant flat shift of the output position."""
+    _, _, _, xd, xh, xw = geo.x_strides
+    Di, Hi, Wi = geo.in3
+    return (geo.stride3 == (1, 1, 1) and geo.in3 == geo.out3 and xw == 1 and (Hi == 1 or xh == Wi)
+            and (Di == 1 or xd == Hi * Wi))
+
+
+def _packed_grad_out(geo: ConvGeometry) -> bool:
+    """grad_out's positions of one (n, g, k) are one run (the kernel walks them as s)."""
+    _, _, _, yd, yh, yw = geo.y_strides
+    Do, Ho, Wo = geo.out3
+    return yw == 1 and (Ho == 1 or yh == Wo) and (Do == 1 or yd == Ho * Wo)
+
+
+def decline(cfg: BwdWeightCfirstConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """None when this instance can run the problem, else a clear reason."""
+    if layout.channels_last:
+        return (f"cfirst walks position-contiguous (channels-first) tensors; {layout.name} is channels-last "
+                "(tma, shift and the igemm families run it)")
+    if dtype.compute == "fp8":
+        return f"cfirst has no fp8 compute ({dtype.name}); the igemm families run it"
+    if layout.ndim != params.ndim:
+        return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
+    need = cfg.smem_bytes(dtype.data.itemsize)
+    if need > SMEM_PER_BLOCK:
+        return (f"its {cfg.num_stages}-stage pipeline needs {need // 1024} KiB of shared memory with "
+                f"{dtype.data.itemsize}-byte operands, over the {SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
+    if not _packed_grad_out(ConvGeometry.build(params, layout)):
+        return f"cfirst needs grad_out's positions packed per channel, not so in {layout.name}"
+    return None
+
+
+def _tiles(params: ConvParams, cfg: BwdWeightCfirstConfig) -> int:
+    """Output tiles of one split: block_m x block_n of each group's and tap's K x C."""
+    return params.G * math.prod(params.filter) * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
+
+
+def _steps(params: ConvParams, block_k: int) -> int:
+    """Reduction steps: block_k-position chunks of every image's output positions."""
+    return params.N * triton.cdiv(math.prod(params.output), block_k)
+
+
+def choose_split(params: ConvParams, cfg: BwdWeightCfirstConfig, sms: int) -> int:
+    """Automatic split: the GEMM families' rule over this family's tiles and reduction steps."""
+    return auto_split(_tiles(params, cfg), _steps(params, cfg.block_k), sms, params.numel("weight"))
+
+
+def bind(args: RunArgs) -> Runner:
+    """Per-problem host work once; the runner launches the GEMM (and the reduce with several splits)."""
+    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
+    why = decline(cfg, p, args.layout, dt, args.fused)
+    if why is not None:
+        raise ValueError(f"bwd-weight cfirst instance cannot run {p.key()}: {why}")
+    dev = check_tensors(args).device
+    bk = cfg.block_k
+    s_out = math.prod(geo.out3)
+    sch = triton.cdiv(s_out, bk)
+    total_steps = _steps(p, bk)
+    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
+    split = max(1, min(split, total_steps))
+    steps_per_split = triton.cdiv(total_steps, split)
+    split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+    tiles = _tiles(p, cfg)
+    if tiles * split > _MAX_GRID:
+        raise ValueError(f"bwd-weight cfirst: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
+    mode = _MODE_FUSED if split == 1 else _MODE_SLICE
+    w_numel = geo.w_numel
+    int64 = bool(geo.needs_int64 or split * w_numel >= INT32_LIMIT or total_steps * bk >= INT32_LIMIT)
+    upcast = interpreting() and dt.data == torch.bfloat16
+    precision = "tf32" if dt.compute == "tf32" or dt.data != torch.float32 else "ieee"
+    if upcast:
+        precision = "ieee"
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    gemm = BoundKernel(
+        _bwd_weight_cfirst_kernel, (tiles * split,),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk, GROUP_M=cfg.group_m,
+        CHUNK_STEPS=chunk_iters(bk), SAME=is_same_layer(geo), MODE=mode, INT64=int64, UPCAST=upcast,
+        INPUT_PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
+    )
+    _, FY, FX = geo.filt3
+    pd, ph, pw = geo.pad3
+    ys_g, ys_n, ys_k = geo.y_strides[:3]
+    sizes = (geo.G, geo.K, geo.C, geo.taps, FY, FX, *geo.in3, *geo.out3, s_out, sch,
+             *geo.stride3, -pd, -ph, -pw, *geo.dil3, *geo.x_strides, ys_g, ys_n, ys_k,
+             steps_per_split, total_steps, w_numel, *geo.w_strides)
+
+    if mode == _MODE_FUSED:
+        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
+                      beta: float) -> None:
+            gemm(x, dy, out, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+
+        return run_fused
+
+    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+
+    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
+                  beta: float) -> None:
+        ws = torch.empty(split * w_numel, dtype=torch.float32, device=out.device)
+        d = epilogue_args(ds, out)
+        gemm(x, dy, out, ws, *d, alpha, beta, *sizes)
+        finalize(ws, out, *d, alpha, beta, w_numel, split)
+
+    return run_split
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op=OP_NAME, name="cfirst", config=BwdWeightCfirstConfig, decline=decline, bind=bind,
+    description="channels-first per-tap GEMM dL/dW over position-contiguous tiles (K-major operands, "
+                "masked shifted input runs); fp32 slices per split, fixed-order reduce",
+    kernels=(_bwd_weight_cfirst_kernel, _bwd_weight_finalize_kernel)))
