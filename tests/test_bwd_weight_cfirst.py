@@ -1,8 +1,8 @@
-"""conv_bwd_weight ``cfirst`` (channels-first per-tap GEMM over position-contiguous tiles): correctness
-vs the float64 reference on both channels-first families (GKYXC and GKCYX weights), 1-D/2-D/3-D,
-"same" layers (the shifted-run path) and the rest (strides, dilation, asymmetric padding: the gather
-path), groups, one split (fused epilogue) and several (fp32 slices + reduce), every dtype, fused ops;
-the declines. Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
+"""conv_bwd_weight ``cfirst`` (1x1 layers in channels-first layouts as one GEMM over position runs):
+correctness vs the float64 reference on both channels-first families (GKYXC and GKCYX weights),
+1-D/2-D/3-D, groups, ragged tiles and chunks, one split (fused epilogue) and several (fp32 slices +
+fixed-order reduce), every dtype, fused ops; the declines (channels-last, fp8, shared memory, filters
+other than an unpadded stride-1 1x1). Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
 """
 
 import os
@@ -16,7 +16,6 @@ import torch  # noqa: E402
 from instance_factory.algorithms import interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
-from instance_factory.geometry import ConvGeometry  # noqa: E402
 from instance_factory.kernels import bwd_weight_cfirst as cfirst  # noqa: E402
 from instance_factory.layouts import layout_for  # noqa: E402
 
@@ -39,31 +38,27 @@ def _check(p, family="ngchw", dtype="fp32", cfg=None, **kw):
     return igemm_tests._check("cfirst", p, family, dtype, cfg=cfg or _cfg(), **kw)
 
 
-CASES = {  # name: (params, "same" layer?)
-    "2d-3x3-same": (_p(2, G=1, N=2, K=20, C=18, f=(3, 3), i=(6, 7), lp=(1, 1), rp=(1, 1)), True),
-    "2d-1x1": (_p(2, G=1, N=3, K=17, C=33, f=(1, 1), i=(5, 6)), True),
-    "2d-5x5-dil-same": (_p(2, G=1, N=1, K=8, C=8, f=(3, 3), i=(7, 6), d=(2, 2), lp=(2, 2), rp=(2, 2)), True),
-    "2d-s2-asym": (_p(2, G=2, N=2, K=8, C=12, f=(3, 2), i=(7, 6), s=(2, 2), lp=(1, 0), rp=(0, 1)), False),
-    "2d-valid": (_p(2, G=1, N=2, K=16, C=8, f=(3, 3), i=(6, 6)), False),
-    "1d-dil": (_p(1, G=1, N=2, K=8, C=8, f=(3,), i=(11,), d=(2,), lp=(2,), rp=(2,)), True),
-    "1d-s2": (_p(1, G=3, N=2, K=5, C=7, f=(4,), i=(13,), s=(2,), lp=(1,), rp=(2,)), False),
-    "3d-same": (_p(3, G=2, N=1, K=8, C=8, f=(3, 1, 3), i=(3, 4, 5), lp=(1, 0, 1), rp=(1, 0, 1)), True),
-    "3d-s2": (_p(3, G=1, N=2, K=8, C=8, f=(2, 2, 2), i=(4, 5, 4), s=(2, 1, 2), lp=(1, 0, 0), rp=(0, 1, 1)), False),
-    "depthwise": (_p(2, G=8, N=2, K=1, C=1, f=(3, 3), i=(5, 5), lp=(1, 1), rp=(1, 1)), True),
+CASES = {
+    "2d": _p(2, G=1, N=3, K=17, C=33, f=(1, 1), i=(5, 6)),
+    "2d-grouped": _p(2, G=3, N=2, K=8, C=12, f=(1, 1), i=(4, 4)),
+    "2d-long": _p(2, G=1, N=4, K=40, C=36, f=(1, 1), i=(9, 10)),
+    "1d": _p(1, G=2, N=2, K=8, C=8, f=(1,), i=(37,)),
+    "3d": _p(3, G=2, N=1, K=8, C=8, f=(1, 1, 1), i=(3, 4, 5)),
+    "depthwise": _p(2, G=8, N=2, K=1, C=1, f=(1, 1), i=(5, 5)),
 }
 
 
 @pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_geometry(name, family):
-    p, same = CASES[name]
-    assert cfirst.is_same_layer(ConvGeometry.build(p, layout_for(family, p.ndim))) == same
+    p = CASES[name]
+    assert cfirst.is_pointwise_run(p, layout_for(family, p.ndim))
     _check(p, family)
 
 
 @pytest.mark.parametrize("split_k", [2, 5])
 def test_splits_reduce_in_fixed_order(split_k):
-    p = CASES["2d-3x3-same"][0]
+    p = CASES["2d-long"]
     a = _check(p, cfg=_cfg(split_k=split_k))
     b = _check(p, cfg=_cfg(split_k=split_k))
     assert torch.equal(a, b)
@@ -71,24 +66,23 @@ def test_splits_reduce_in_fixed_order(split_k):
 
 @pytest.mark.parametrize("dtype", ["fp32_tf32", "fp16", "bf16", "bf16_fp32w"])
 def test_dtypes(dtype):
-    out = _check(CASES["2d-3x3-same"][0], "ngchw", dtype, cfg=_cfg(block_k=32, split_k=2))
+    out = _check(CASES["2d-long"], "ngchw", dtype, cfg=_cfg(block_k=32, split_k=2))
     assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
 
 
 @pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
 @pytest.mark.parametrize("op,n_ds,split_k", [("bilinear", 1, 1), ("add_relu", 1, 3), ("scale", 0, 2)])
 def test_fused_ops(op, n_ds, split_k, family):
-    _check(CASES["2d-s2-asym"][0], family, op=op, n_ds=n_ds, alpha=1.5, beta=-0.75, cfg=_cfg(split_k=split_k))
+    _check(CASES["2d-grouped"], family, op=op, n_ds=n_ds, alpha=1.5, beta=-0.75, cfg=_cfg(split_k=split_k))
 
 
 def test_long_reduction_blocks_and_tiles():
     # several K and C tiles, several chunks per image and images per split
-    p = _p(2, G=1, N=4, K=40, C=36, f=(3, 3), i=(9, 10), lp=(1, 1), rp=(1, 1))
-    _check(p, "ngchw", "fp16", cfg=_cfg(block_m=32, block_n=16, block_k=32, split_k=3))
+    _check(CASES["2d-long"], "ngchw", "fp16", cfg=_cfg(block_m=32, block_n=16, block_k=32, split_k=3))
 
 
 def test_declines():
-    p = CASES["2d-3x3-same"][0]
+    p = CASES["2d"]
     fo = FUSED_OPS["passthrough"]
     why = ALG.decline(_cfg(), p, layout_for("nhwgc", 2), DATA_TYPES["fp16"], fo)
     assert why and "channels-last" in why
@@ -98,3 +92,7 @@ def test_declines():
     why = ALG.decline(big, p, layout_for("ngchw", 2), DATA_TYPES["fp32"], fo)
     assert why and "shared memory" in why
     assert ALG.decline(_cfg(), p, layout_for("ngchw_kcyx", 2), DATA_TYPES["bf16"], fo) is None
+    for other in (_p(2, f=(3, 3), i=(6, 6), lp=(1, 1), rp=(1, 1)), _p(2, f=(1, 1), i=(6, 6), s=(2, 2)),
+                  _p(2, f=(1, 1), i=(6, 6), lp=(1, 0), rp=(0, 0))):
+        why = ALG.decline(_cfg(), other, layout_for("ngchw", 2), DATA_TYPES["bf16"], fo)
+        assert why and "1x1 filters with stride 1 and no padding" in why

@@ -1,20 +1,21 @@
-"""conv_bwd_weight (dL/dW) for channels-first layouts as a per-tap GEMM over position-contiguous tiles.
+"""conv_bwd_weight (dL/dW) of 1x1 layers in channels-first layouts: one GEMM over position runs.
 
-Per group g and filter tap t (M = K, N = C, reduced over the output positions):
+For a 1x1(x1) filter with stride 1 and no padding, per group g (M = K, N = C):
 
-    dw[g, k, t, c] = sum_{n, s} dy[n, g, k, s] * x[n, g, c, in(s, t)]
+    dw[g, k, c] = sum_{n, s} dy[n, g, k, s] * x[n, g, c, s]
 
-where s is the flat output position (od, oh, ow) of one image and in(s, t) the input position that
-tap t reads from it. In NGC{spatial} tensors s is the contiguous axis, i.e. the GEMM's reduction
-axis: a grad_out tile [block_m channels, block_k positions] is block_m runs of block_k consecutive
-elements (K-major, the operand order wgmma wants), and so is the input tile [block_n, block_k]. The
-pointer GEMMs (``igemm`` and relatives) tile channels along the fast axis instead, which in these
-layouts are a whole plane apart (one-element loads: 0.06-0.3x cuDNN on dense 3x3 layers, session 16).
+with s the flat position of one image. In NGC{spatial} tensors s is the contiguous axis, i.e. the
+GEMM's reduction axis: a grad_out tile [block_m channels, block_k positions] is block_m runs of
+block_k consecutive elements (K-major, the operand order wgmma wants), and so is the input tile
+[block_n, block_k]. With 16-byte aligned runs (positions per image a multiple of 8; Triton sees it
+when the count is a multiple of 16) both loads are pipelined cp.async copies. The pointer GEMMs
+tile channels along the fast axis instead, a whole plane apart in these layouts, and ``relayout``
+pays two transposes before its channels-last GEMM.
 
-"Same" layers (stride 1, an output as large as the input): in(s, t) = s + shift(t), so the input
-tile is one run shifted by a constant; a mask zeroes the positions whose row, plane or depth leaves
-the input (the padding). Other layers (strides, shrinking outputs) gather the input positions from
-(od, oh, ow). Masked loads stay on the cp.async path: both operands reach wgmma from shared memory.
+Why 1x1 only (session 17, H100): a general version (per-tap shifted input runs for stride-1 "same"
+layers, gathered positions otherwise) verified but ran 0.2-0.5x cuDNN on 3x3 layers: a tap's
+shift leaves the input run without 16-byte alignment, so those loads are plain 2-byte loads outside
+the software pipeline (TTGIR: one ``tt.load`` left beside the async copies). ``relayout`` runs them.
 
 Launches: the GEMM (the epilogue from the accumulator with one split, else fp32 slices per split)
 and, with several splits, ``bwd_weight_igemm``'s fixed-order reduce + epilogue (deterministic). The
@@ -42,7 +43,7 @@ from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
 
-__all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_same_layer"]
+__all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_pointwise_run"]
 
 OP_NAME = "conv_bwd_weight"
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
@@ -57,27 +58,22 @@ _MAX_GRID = 2**31 - 1
 def _bwd_weight_cfirst_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr,
     d0, d1, d2, d3, alpha, beta,
-    G, K, C, TAPS, FY, FX,
-    Di, Hi, Wi, Do, Ho, Wo, S_OUT, SCH,  # SCH: block_k chunks per image (ceil(S_OUT / BLOCK_K))
-    sd, sh, sw, off_z, off_y, off_x, dil_z, dil_y, dil_x,  # off_* = -padding per axis
-    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w, ys_g, ys_n, ys_k,
-    STEPS_PER_SPLIT, TOTAL_STEPS, W_NUMEL,
-    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    G, K, C, S, SCH,  # S: positions per image; SCH: block_k chunks per image (ceil(S / BLOCK_K))
+    xs_g, xs_n, xs_c, ys_g, ys_n, ys_k,
+    STEPS_PER_SPLIT, TOTAL_STEPS, W_NUMEL, ws_g, ws_k, ws_c,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    CHUNK_STEPS: tl.constexpr, SAME: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
+    CHUNK_STEPS: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
     UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
-    # ---- (split, g, tap, group-M swizzled tile), tile fastest: programs running together read the
-    # same grad_out and input positions (L2) ---------------------------------------------------------
+    # ---- (split, g, group-M swizzled tile), tile fastest: programs running together read the same
+    # grad_out and input positions (L2) ---------------------------------------------------------------
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(K, BLOCK_M)
     num_pid_n = tl.cdiv(C, BLOCK_N)
     tiles = num_pid_m * num_pid_n
     tile = pid % tiles
     rest = pid // tiles
-    tap = rest % TAPS
-    rest = rest // TAPS
     g = rest % G
     split = rest // G
     per_group = GROUP_M * num_pid_n
@@ -85,13 +81,6 @@ def _bwd_weight_cfirst_kernel(
     rows_m = tl.minimum(num_pid_m - first_m, GROUP_M)
     pid_m = first_m + (tile % per_group) % rows_m
     pid_n = (tile % per_group) // rows_m
-
-    tx = tap % FX
-    ty = (tap // FX) % FY
-    tz = tap // (FX * FY)
-    zoff = tz * dil_z + off_z
-    yoff = ty * dil_y + off_y
-    xoff = tx * dil_x + off_x
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -105,7 +94,6 @@ def _bwd_weight_cfirst_kernel(
     else:
         dy_rows = dy_ptr + g * ys_g + offs_m * ys_k
         x_rows = x_ptr + g * xs_g + offs_n * xs_c
-    shift = zoff * xs_d + yoff * xs_h + xoff * xs_w  # "same" layers: the tap's constant flat shift
 
     q_start = split * STEPS_PER_SPLIT
     q_end = tl.minimum(q_start + STEPS_PER_SPLIT, TOTAL_STEPS)
@@ -118,21 +106,9 @@ def _bwd_weight_cfirst_kernel(
             s = (q - n * SCH) * BLOCK_K + tl.arange(0, BLOCK_K)
             if INT64:
                 n = n.to(tl.int64)
-            ow = s % Wo
-            t = s // Wo
-            oh = t % Ho
-            od = t // Ho
-            id_ = od * sd + zoff
-            ih = oh * sh + yoff
-            iw = ow * sw + xoff
-            valid = s < S_OUT
-            inside = valid & (id_ >= 0) & (id_ < Di) & (ih >= 0) & (ih < Hi) & (iw >= 0) & (iw < Wi)
-            if SAME:
-                xs = s + shift
-            else:
-                xs = id_ * xs_d + ih * xs_h + iw * xs_w
+            valid = s < S
             a = tl.load(dy_rows[:, None] + n * ys_n + s[None, :], mask=m_ok[:, None] & valid[None, :], other=0.0)
-            b = tl.load(x_rows[:, None] + n * xs_n + xs[None, :], mask=n_ok[:, None] & inside[None, :], other=0.0)
+            b = tl.load(x_rows[:, None] + n * xs_n + s[None, :], mask=n_ok[:, None] & valid[None, :], other=0.0)
             if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -142,7 +118,7 @@ def _bwd_weight_cfirst_kernel(
     if INT64:
         offs_m = offs_m.to(tl.int64)
         offs_n = offs_n.to(tl.int64)
-    w_offs = (g * ws_g + tz * ws_z + ty * ws_y + tx * ws_x) + offs_m[:, None] * ws_k + offs_n[None, :] * ws_c
+    w_offs = g * ws_g + offs_m[:, None] * ws_k + offs_n[None, :] * ws_c
     w_mask = m_ok[:, None] & n_ok[None, :]
     if MODE == 0:
         res = apply_epilogue(acc, w_offs, w_mask, d0, d1, d2, d3, alpha, beta, OP, NUM_DS, USER_FN)
@@ -176,20 +152,21 @@ class BwdWeightCfirstConfig(GemmTileConfig):
         return self.fit_reason(max_acc_regs=256)
 
 
-def is_same_layer(geo: ConvGeometry) -> bool:
-    """Stride 1 and an output as large as the input on every axis, with packed channels-first
-    positions: a tap reads the input at a constant flat shift of the output position."""
-    _, _, _, xd, xh, xw = geo.x_strides
-    Di, Hi, Wi = geo.in3
-    return (geo.stride3 == (1, 1, 1) and geo.in3 == geo.out3 and xw == 1 and (Hi == 1 or xh == Wi)
-            and (Di == 1 or xd == Hi * Wi))
+def is_pointwise_run(params: ConvParams, layout: LayoutTriple) -> bool:
+    """A 1x1(x1) filter, stride 1, no padding, in a layout whose positions of one (n, g, channel) are
+    one packed run in both input and grad_out: the GEMM's operands are runs of one index s."""
+    if any(f != 1 for f in params.filter) or any(st != 1 for st in params.stride):
+        return False
+    if any(params.left_pad) or any(params.right_pad):
+        return False
+    geo = ConvGeometry.build(params, layout)
+    return _packed(geo.x_strides, geo.in3) and _packed(geo.y_strides, geo.out3)
 
 
-def _packed_grad_out(geo: ConvGeometry) -> bool:
-    """grad_out's positions of one (n, g, k) are one run (the kernel walks them as s)."""
-    _, _, _, yd, yh, yw = geo.y_strides
-    Do, Ho, Wo = geo.out3
-    return yw == 1 and (Ho == 1 or yh == Wo) and (Do == 1 or yd == Ho * Wo)
+def _packed(strides: tuple[int, ...], dhw: tuple[int, ...]) -> bool:
+    _, _, _, sd, sh, sw = strides
+    d, h, w = dhw
+    return sw == 1 and (h == 1 or sh == w) and (d == 1 or sd == h * w)
 
 
 def decline(cfg: BwdWeightCfirstConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -206,14 +183,17 @@ def decline(cfg: BwdWeightCfirstConfig, params: ConvParams, layout: LayoutTriple
     if need > SMEM_PER_BLOCK:
         return (f"its {cfg.num_stages}-stage pipeline needs {need // 1024} KiB of shared memory with "
                 f"{dtype.data.itemsize}-byte operands, over the {SMEM_PER_BLOCK // 1024} KiB of a Hopper SM")
-    if not _packed_grad_out(ConvGeometry.build(params, layout)):
-        return f"cfirst needs grad_out's positions packed per channel, not so in {layout.name}"
+    if not is_pointwise_run(params, layout):
+        return (f"cfirst runs 1x1 filters with stride 1 and no padding (input and grad_out positions are "
+                f"the same run); got filter {params.filter}, stride {params.stride}, padding "
+                f"{params.left_pad}/{params.right_pad} (relayout runs the rest: a tap's shifted input run is "
+                "not 16-byte aligned, so its loads cannot be pipelined)")
     return None
 
 
 def _tiles(params: ConvParams, cfg: BwdWeightCfirstConfig) -> int:
-    """Output tiles of one split: block_m x block_n of each group's and tap's K x C."""
-    return params.G * math.prod(params.filter) * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
+    """Output tiles of one split: block_m x block_n of each group's K x C."""
+    return params.G * triton.cdiv(params.K, cfg.block_m) * triton.cdiv(params.C, cfg.block_n)
 
 
 def _steps(params: ConvParams, block_k: int) -> int:
@@ -255,15 +235,11 @@ def bind(args: RunArgs) -> Runner:
     gemm = BoundKernel(
         _bwd_weight_cfirst_kernel, (tiles * split,),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk, GROUP_M=cfg.group_m,
-        CHUNK_STEPS=chunk_iters(bk), SAME=is_same_layer(geo), MODE=mode, INT64=int64, UPCAST=upcast,
+        CHUNK_STEPS=chunk_iters(bk), MODE=mode, INT64=int64, UPCAST=upcast,
         INPUT_PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
-    _, FY, FX = geo.filt3
-    pd, ph, pw = geo.pad3
-    ys_g, ys_n, ys_k = geo.y_strides[:3]
-    sizes = (geo.G, geo.K, geo.C, geo.taps, FY, FX, *geo.in3, *geo.out3, s_out, sch,
-             *geo.stride3, -pd, -ph, -pw, *geo.dil3, *geo.x_strides, ys_g, ys_n, ys_k,
-             steps_per_split, total_steps, w_numel, *geo.w_strides)
+    sizes = (geo.G, geo.K, geo.C, s_out, sch, *geo.x_strides[:3], *geo.y_strides[:3],
+             steps_per_split, total_steps, w_numel, *geo.w_strides[:3])
 
     if mode == _MODE_FUSED:
         def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
