@@ -3,7 +3,7 @@
     python tools/train_step_profile.py --models resnet50 --out DIR
 
 For the converted model (``instance_factory.torch.convert``) and the same model on cuDNN, batch 64,
-bf16 autocast, channels-last: the wall time of a step, the host time until ``backward`` returns (the
+bf16 autocast, channels-last (or, with --memory-format contiguous, NCHW): the wall time of a step, the host time until ``backward`` returns (the
 issue time, before the final synchronisation), and the GPU time of its kernels by kind (ours: Triton
 kernels; cuDNN/cuBLAS convolution kernels; everything else) from ``torch.profiler``. A step whose
 issue time is close to its wall time is host-bound: kernels wait for the Python that launches them.
@@ -96,6 +96,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last",
+                    help="model and input memory format (contiguous: PyTorch's default NCHW, served by the "
+                    "channels-first instances)")
     ap.add_argument("--cprofile", action="store_true", help="also write the host profile of 5 steps of ours "
                     "(cProfile, by own time) to <model>_host_profile.txt")
     ns = ap.parse_args()
@@ -106,9 +109,10 @@ def main() -> int:
     results = {}
     for name in ns.models.split(","):
         torch.manual_seed(0)
-        ref = getattr(torchvision.models, name)(weights=None).cuda().to(memory_format=torch.channels_last).train()
+        fmt = getattr(torch, ns.memory_format)
+        ref = getattr(torchvision.models, name)(weights=None).cuda().to(memory_format=fmt).train()
         ours = ift.convert(copy.deepcopy(ref))
-        x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+        x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
         y = torch.randint(0, 1000, (ns.batch,), device="cuda")
         results[name] = {"ours": profile(ours, x, y, ns.iters), "cudnn": profile(ref, x, y, ns.iters)}
         if ns.cprofile:
@@ -119,7 +123,7 @@ def main() -> int:
                   f"GPU {r['gpu_total_ms']:7.2f} ms {r['gpu_ms']}")
         for k, v in results[name]["ours"]["top_kernels"][:8]:
             print(f"    ours top: {v:7.3f} ms  {k}")
-    with open(os.path.join(ns.out, "train_step_profile.json"), "w") as f:
+    with open(os.path.join(ns.out, f"train_step_profile_{ns.memory_format}.json"), "w") as f:
         json.dump(results, f, indent=1)
     return 0
 
