@@ -109,7 +109,7 @@ def main() -> int:
     results = {}
     for name in ns.models.split(","):
         torch.manual_seed(0)
-        fmt = getattr(torch, ns.memory_format)
+        fmt = torch.channels_last if ns.memory_format == "channels_last" else torch.contiguous_format
         ref = getattr(torchvision.models, name)(weights=None).cuda().to(memory_format=fmt).train()
         ours = ift.convert(copy.deepcopy(ref))
         x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
