@@ -18,6 +18,7 @@ from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels import bwd_weight_relayout as relayout  # noqa: E402
 from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
+from instance_factory.reference import ref_conv_bwd_weight, rel_error  # noqa: E402
 from instance_factory.tuning import lookup as _lookup  # noqa: E402, F401  (sets relayout's twin resolver)
 
 pytestmark = pytest.mark.skipif(
@@ -95,3 +96,24 @@ def test_kernel_hash_covers_the_served_kernels():
     names = {(k.fn.__module__, k.fn.__name__) for k in ALG.kernels}
     missing = {(k.fn.__module__, k.fn.__name__) for k in served} - names
     assert not missing, missing
+
+
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+def test_weight_with_groups_folded(family):
+    # the torch bridge hands over torch's weight shape [G*K, C, ...]: same memory, fewer dims
+    p = CASES["2d-s2-asym"]
+    lt = layout_for(family, 2)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(lt.shape("input", p), generator=gen)
+    dy = torch.randn(lt.shape("output", p), generator=gen)
+    w_shape = lt.shape("weight", p)
+    folded = (w_shape[0] * w_shape[1], *w_shape[2:])
+    d = torch.randn(w_shape, generator=gen)
+    out = torch.full(folded, float("nan"))
+    run = ALG.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["bilinear"],
+                           user_fn=None, alpha=1.5, beta=-0.75, a=x, b=dy, ds=(d.reshape(folded),), out=out,
+                           cfg=CFG))
+    run(x, dy, out, (d.reshape(folded),), 1.5, -0.75)
+    ref = ref_conv_bwd_weight(x.double(), dy.double(), p, lt.name, ds=(d.double(),), op="bilinear", alpha=1.5,
+                              beta=-0.75)
+    assert rel_error(out.reshape(w_shape), ref) <= DATA_TYPES["fp32"].tolerance

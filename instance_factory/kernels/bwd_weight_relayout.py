@@ -97,8 +97,10 @@ def bind(args: RunArgs) -> Runner:
     same_weight = lt.weight == twin.weight
     w_perm, w_back = _perm(lt.weight, twin.weight), _perm(twin.weight, lt.weight)
 
+    w_layout_shape = lt.shape("weight", p)  # callers may pass the weight with G folded (torch's [G*K, C, ...])
+
     def like(t: torch.Tensor, perm: tuple[int, ...]) -> torch.Tensor:
-        return t.permute(perm).contiguous()
+        return t.reshape(w_layout_shape).permute(perm).contiguous()
 
     def twin_empty(tensor: str, like_t: torch.Tensor) -> torch.Tensor:  # the inner bind reads shapes only
         return torch.empty(twin.shape(tensor, p), dtype=like_t.dtype, device=like_t.device)
@@ -121,7 +123,7 @@ def bind(args: RunArgs) -> Runner:
             return
         buf = torch.empty(w_shape, dtype=out.dtype, device=out.device)
         inner(xc, dyc, buf, tuple(like(d, w_perm) for d in ds), alpha, beta)
-        out.copy_(buf.permute(w_back))
+        out.view(w_layout_shape).copy_(buf.permute(w_back))
 
     run.inner_instance = inst.name  # which channels-last instance serves (reports, tests)
     return run
