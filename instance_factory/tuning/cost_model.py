@@ -377,8 +377,9 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
+        fam = _layout_family(layout)
         for r in group:
-            alg, sig = r["algorithm"], signature(r["algorithm"], r["instance_params"])
+            alg, sig = r["algorithm"], fam + "|" + signature(r["algorithm"], r["instance_params"])
             timed = r["status"] in ("ok", "pruned") and kernel_ms(r) is not None
             ms = kernel_ms(r) if timed else FAILED_FACTOR * t.best_ms
             if timed and r["status"] == "ok":
@@ -451,21 +452,22 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     for d, t in closest:
         w = _neighbor_weight(d)
         for sig, c in t.corrections.items():
-            alg_corr.setdefault(t.algorithms[sig], []).append((w, c))
+            alg_corr.setdefault(sig.split("|", 1)[0] + "|" + t.algorithms[sig], []).append((w, c))
             all_corr.append((w, c))
 
+    fam = _layout_family(layout)
     preds = []
     for name, alg, cfg in candidates:
-        sig = signature(alg, cfg)
+        sig = fam + "|" + signature(alg, cfg)
         m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg))
         seen = [(d, t) for d, t in near if sig in t.corrections][:NEIGHBORS_PER_KERNEL]
         if seen:
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
-        elif alg in alg_corr:
-            corr = _wmean(alg_corr[alg]) + UNSEEN_KERNEL
-            basis = f"model + its family's correction ({len(alg_corr[alg])} neighbour rows)"
+        elif fam + "|" + alg in alg_corr:
+            corr = _wmean(alg_corr[fam + "|" + alg]) + UNSEEN_KERNEL
+            basis = f"model + its family's correction ({len(alg_corr[fam + '|' + alg])} neighbour rows)"
         elif all_corr:
             corr = _wmean(all_corr) + UNSEEN_ALGORITHM
             basis = "model + the neighbours' mean correction (family not measured nearby)"
