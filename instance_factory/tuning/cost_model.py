@@ -147,6 +147,14 @@ def _layout_family(layout: str) -> str:
     return "cl" if layout.split("/")[0].endswith("C") else "cf"
 
 
+def _correction_family(op: str, layout: str) -> str:
+    """The layout part of a kernel's correction key. bwd weight: ``cl`` / ``cf`` (a pointer GEMM tiling
+    channels runs 3-15x slower on channels-first tensors than on channels-last ones, so its time on one
+    says little about the other; session 17). bwd data: one key for both (keyed apart, ResNet-50 NCHW at
+    N64 served dgrad configs that ran 12.7 ms of GPU time per step instead of 8.7)."""
+    return _layout_family(layout) if op == "conv_bwd_weight" else "any"
+
+
 def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
                       q_layout: str = "", fused: str = "", q_fused: str = "") -> float:
     """Distance between problems ``p`` and ``q`` of one pass: features plus the kind penalties."""
@@ -377,7 +385,7 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
-        fam = _layout_family(layout)
+        fam = _correction_family(op, layout)
         for r in group:
             alg, sig = r["algorithm"], fam + "|" + signature(r["algorithm"], r["instance_params"])
             timed = r["status"] in ("ok", "pruned") and kernel_ms(r) is not None
@@ -455,7 +463,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             alg_corr.setdefault(sig.split("|", 1)[0] + "|" + t.algorithms[sig], []).append((w, c))
             all_corr.append((w, c))
 
-    fam = _layout_family(layout)
+    fam = _correction_family(op, layout)
     preds = []
     for name, alg, cfg in candidates:
         sig = fam + "|" + signature(alg, cfg)
