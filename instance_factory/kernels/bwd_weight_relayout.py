@@ -131,7 +131,7 @@ def bind(args: RunArgs) -> Runner:
 
 # families that decline every channels-last problem never serve the twin: their changes leave
 # relayout's rows alone
-_CHANNELS_FIRST_ONLY = ("cfirst",)
+CHANNELS_FIRST_ONLY = ("cfirst",)
 
 # every other bwd-weight kernel can serve the twin: their modules first (factory imports this one last)
 import_kernel_modules()
@@ -141,5 +141,5 @@ ALGORITHM = register_algorithm(Algorithm(
     description="channels-first bwd weight through channels-last copies of input and grad_out, run by the "
                 "instance lookup serves for the channels-last twin problem",
     kernels=(*COPY_KERNELS, *dict.fromkeys(k for (op, name), alg in list(ALGORITHMS.items())
-                                           if op == OP_NAME and name not in _CHANNELS_FIRST_ONLY
+                                           if op == OP_NAME and name not in CHANNELS_FIRST_ONLY
                                            for k in alg.kernels))))
