@@ -12,13 +12,19 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from instance_factory.algorithms import interpreting  # noqa: E402
-from instance_factory.kernels.layout_copy import batched_transpose, transpose_copier  # noqa: E402
+from instance_factory.kernels.layout_copy import transpose_copier  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() and not interpreting(),
     reason="needs a CUDA GPU or TRITON_INTERPRET=1",
 )
 DEVICE = "cpu" if interpreting() else "cuda"
+
+
+def batched_transpose(src, batch, rows, cols):
+    dst = torch.empty((batch, cols, rows), dtype=src.dtype, device=src.device)
+    transpose_copier(batch, rows, cols)(src, dst)
+    return dst
 
 
 @pytest.mark.parametrize("batch,rows,cols", [(2, 3, 49), (1, 64, 64), (3, 70, 130), (2, 1, 17), (1, 200, 5)])

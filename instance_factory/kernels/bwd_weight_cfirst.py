@@ -25,6 +25,7 @@ Only channels-first layouts (NGCW/NGCHW/NGCDHW, both weight layouts) run here; f
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -34,13 +35,14 @@ import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
 from ..dtypes import DataType
-from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters, flattenable
 from .bwd_weight_igemm_plan import auto_split, check_tensors
+from .common import split_runner
 from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_pointwise_run"]
@@ -152,21 +154,18 @@ class BwdWeightCfirstConfig(GemmTileConfig):
         return self.fit_reason(max_acc_regs=256)
 
 
+@functools.lru_cache(maxsize=1024)
 def is_pointwise_run(params: ConvParams, layout: LayoutTriple) -> bool:
     """A 1x1(x1) filter, stride 1, no padding, in a layout whose positions of one (n, g, channel) are
-    one packed run in both input and grad_out: the GEMM's operands are runs of one index s."""
+    one packed run in both input and grad_out: the GEMM's operands are runs of one index s. Cached:
+    every cfirst config of a problem asks (decline), then bind."""
     if any(f != 1 for f in params.filter) or any(st != 1 for st in params.stride):
         return False
     if any(params.left_pad) or any(params.right_pad):
         return False
     geo = ConvGeometry.build(params, layout)
-    return _packed(geo.x_strides, geo.in3) and _packed(geo.y_strides, geo.out3)
-
-
-def _packed(strides: tuple[int, ...], dhw: tuple[int, ...]) -> bool:
-    _, _, _, sd, sh, sw = strides
-    d, h, w = dhw
-    return sw == 1 and (h == 1 or sh == w) and (d == 1 or sd == h * w)
+    return all(strides[5] == 1 and flattenable(strides, dhw)
+               for strides, dhw in ((geo.x_strides, geo.in3), (geo.y_strides, geo.out3)))
 
 
 def decline(cfg: BwdWeightCfirstConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -240,25 +239,10 @@ def bind(args: RunArgs) -> Runner:
     )
     sizes = (geo.G, geo.K, geo.C, s_out, sch, *geo.x_strides[:3], *geo.y_strides[:3],
              steps_per_split, total_steps, w_numel, *geo.w_strides[:3])
-
-    if mode == _MODE_FUSED:
-        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                      beta: float) -> None:
-            gemm(x, dy, out, out, *epilogue_args(ds, out), alpha, beta, *sizes)
-
-        return run_fused
-
-    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
-
-    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                  beta: float) -> None:
-        ws = torch.empty(split * w_numel, dtype=torch.float32, device=out.device)
-        d = epilogue_args(ds, out)
-        gemm(x, dy, out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, w_numel, split)
-
-    return run_split
+    finalize = None if mode == _MODE_FUSED else BoundKernel(
+        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel)
 
 
 ALGORITHM = register_algorithm(Algorithm(

@@ -371,7 +371,7 @@ def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: 
     return _decline(algorithm, cfg, params, layout, dtype, fused)
 
 
-def _flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
+def flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
     """(d, h, w) strides (in the kernel's logical order, index 3..5) form one linear spatial axis."""
     _, hh, ww = sizes
     sd, sh, sw = strides[3], strides[4], strides[5]
@@ -403,7 +403,7 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
 
     flat_r = False
     if spec_1x1:
-        if not (_flattenable(geo.x_strides, geo.in3) and _flattenable(geo.y_strides, geo.out3)):
+        if not (flattenable(geo.x_strides, geo.in3) and flattenable(geo.y_strides, geo.out3)):
             raise ValueError("spec 1x1s1p0 needs the spatial axes of input and grad_out to be one "
                              "linear axis (true for every contract layout)")
         flat_r = geo.x_strides[1] == P * geo.x_strides[5] and geo.y_strides[1] == P * geo.y_strides[5]

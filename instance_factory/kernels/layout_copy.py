@@ -19,7 +19,7 @@ import triton.language as tl
 from ..fast_launch import BoundKernel
 from .common import INT32_LIMIT, MAX_GRID_YZ
 
-__all__ = ["KERNELS", "batched_transpose", "transpose_copier"]
+__all__ = ["KERNELS", "transpose_copier"]
 
 
 @triton.jit
@@ -75,10 +75,3 @@ def transpose_copier(batch: int, rows: int, cols: int) -> Callable[[torch.Tensor
         dst.view(batch, cols, rows).copy_(src.reshape(batch, rows, cols).transpose(1, 2))
 
     return copy
-
-
-def batched_transpose(src: torch.Tensor, batch: int, rows: int, cols: int) -> torch.Tensor:
-    """A new contiguous [batch, cols, rows] tensor holding ``src`` ([batch, rows, cols]) transposed."""
-    dst = torch.empty((batch, cols, rows), dtype=src.dtype, device=src.device)
-    transpose_copier(batch, rows, cols)(src, dst)
-    return dst

@@ -459,8 +459,9 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
         w = _neighbor_weight(d)
+        t_fam = _correction_family(op, t.layout)
         for sig, c in t.corrections.items():
-            alg_corr.setdefault(sig.split("|", 1)[0] + "|" + t.algorithms[sig], []).append((w, c))
+            alg_corr.setdefault(t_fam + "|" + t.algorithms[sig], []).append((w, c))
             all_corr.append((w, c))
 
     fam = _correction_family(op, layout)
@@ -473,9 +474,9 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
-        elif fam + "|" + alg in alg_corr:
-            corr = _wmean(alg_corr[fam + "|" + alg]) + UNSEEN_KERNEL
-            basis = f"model + its family's correction ({len(alg_corr[fam + '|' + alg])} neighbour rows)"
+        elif (family_rows := alg_corr.get(fam + "|" + alg)):
+            corr = _wmean(family_rows) + UNSEEN_KERNEL
+            basis = f"model + its family's correction ({len(family_rows)} neighbour rows)"
         elif all_corr:
             corr = _wmean(all_corr) + UNSEEN_ALGORITHM
             basis = "model + the neighbours' mean correction (family not measured nearby)"
