@@ -176,7 +176,7 @@ def load_kernel_modules() -> None:
     from .kernels import import_kernel_modules
 
     import_kernel_modules()
-    from .kernels import bwd_weight_relayout  # noqa: F401  (last: it delegates to the kernels above)
+    from .kernels import relayout  # noqa: F401  (last: it delegates to the kernels above)
 
 
 def expand_file(path: Path | str) -> Expansion:

@@ -32,7 +32,7 @@ from .ops import prepare
 from .problem import ConvParams
 from .reference import result_errors
 from .registry import get_registry, spread_over_algorithms
-from .tuning import lookup as _lookup  # noqa: F401  (sets bwd-weight relayout's twin resolver)
+from .tuning import lookup as _lookup  # noqa: F401  (sets relayout's twin resolver)
 
 __all__ = ["Case", "VerifyResult", "builtin_cases", "format_table", "verify_case",
            "verify_instance"]

@@ -51,6 +51,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip models that would start after this")
     ap.add_argument("--workers", type=int, default=0, help="compile processes (default: cores - 1, max 15)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny stand-in models in the Triton interpreter")
+    ap.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last",
+                    help="model and input memory format (contiguous: PyTorch's default NCHW, served by the "
+                         "channels-first instances)")
     return ap.parse_args()
 
 
@@ -260,7 +263,8 @@ class Precompiler:
 # ------------------------------------------------------------------------------------------------
 def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.device, pre: Precompiler) -> dict:
     torch.manual_seed(ns.seed)
-    ref = build_model(name, ns.cpu_smoke).to(device).to(memory_format=torch.channels_last).train()
+    fmt = torch.channels_last if ns.memory_format == "channels_last" else torch.contiguous_format
+    ref = build_model(name, ns.cpu_smoke).to(device).to(memory_format=fmt).train()
     for m in ref.modules():  # dropout off (MobileNetV2's classifier): the steps must see the same masks
         if isinstance(m, nn.Dropout):
             m.eval()
@@ -268,7 +272,7 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
     n_fused = fuse_residuals(ours) if fused else 0
     gen = torch.Generator(device="cpu").manual_seed(ns.seed + 1)
     size = 32 if ns.cpu_smoke else 224
-    x = torch.randn(ns.batch, 3, size, size, generator=gen).to(device).to(memory_format=torch.channels_last)
+    x = torch.randn(ns.batch, 3, size, size, generator=gen).to(device).to(memory_format=fmt)
     classes = SMOKE_CLASSES if ns.cpu_smoke else 1000
     y = torch.randint(0, classes, (ns.batch,), generator=gen).to(device)
     rec: dict = {"model": name + (" (fused residual)" if fused else ""), "batch": ns.batch, "fused_blocks": n_fused}
@@ -306,7 +310,7 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
 
 
 def markdown(records: list[dict], env: dict) -> str:
-    lines = [f"Training step (forward + backward), batch {env['batch']}, bf16 autocast, channels-last, "
+    lines = [f"Training step (forward + backward), batch {env['batch']}, bf16 autocast, {env['memory_format']}, "
              f"{env['device']}, torch {env['torch']}, Triton {env['triton']}.", "",
              "| model | params | worst grad rel. err vs cuDNN (param) | pass (<= 1e-2) | worst vs fp32: ours / cuDNN "
              "| as accurate as cuDNN | layers' lookup | cuDNN step ms | ours step ms | speedup |",
@@ -350,7 +354,7 @@ def main(ns: argparse.Namespace) -> int:
 
     env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (Triton interpreter)",
            "torch": torch.__version__, "triton": triton.__version__, "batch": ns.batch, "iters": ns.iters,
-           "warmup": ns.warmup, "seed": ns.seed}
+           "warmup": ns.warmup, "seed": ns.seed, "memory_format": ns.memory_format}
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [(m, False) for m in ns.models.split(",") if m]

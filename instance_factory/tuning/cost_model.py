@@ -72,7 +72,8 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
-            ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4}
+            ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4, ("conv_bwd_data", "cfirst"): 1,
+            ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
@@ -212,6 +213,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             tiles = batch * patches * -(-n // bn)
         else:
             bm = int(cfg["block_m"])
+            if op == "conv_bwd_data" and algorithm == "cfirst":  # tiles stay inside one image
+                m = params.N * _cdiv(math.prod(params.input), bm) * bm
             tiles = batch * -(-m // bm) * -(-n // bn)
             if op == "conv_bwd_weight" and algorithm == "tma":  # rows in whole block_k-wide boxes
                 wo, bk = tma_walk_width(params), int(cfg["block_k"])

@@ -384,11 +384,11 @@ def _build_index(dev: Any) -> _Index:
 
 
 def _register_relayout_resolver() -> None:
-    """bwd-weight ``relayout`` (kernels layer) serves channels-first problems with the instance this
+    """``relayout`` (kernels layer, both passes) serves channels-first problems with the instance this
     module chooses for their channels-last twin."""
-    from ..kernels import bwd_weight_relayout
+    from ..kernels import relayout
 
-    bwd_weight_relayout.set_twin_resolver(lookup)
+    relayout.set_twin_resolver(lookup)
 
 
 _register_relayout_resolver()

@@ -1,8 +1,9 @@
-"""conv_bwd_weight ``relayout`` (channels-first layouts through channels-last copies, run by the
+"""``relayout`` for both passes (channels-first layouts through channels-last copies, run by the
 instance lookup serves for the channels-last twin): correctness vs the float64 reference on both
 channels-first families (GKYXC and GKCYX weights: the latter through a GKYXC buffer, D tensors
-included), 1-D/2-D/3-D, groups, strides, fused ops, dtypes; the declines; the served twin instance.
-Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
+included), 1-D/2-D/3-D, groups, strides, fused ops, dtypes; bwd data's grad_in copied back; the
+declines; the served twin instance; the kernel hashes. Runs in the Triton interpreter on CPU tensors
+(TRITON_INTERPRET=1) or on a CUDA GPU.
 """
 
 import os
@@ -10,15 +11,16 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+import test_bwd_data_igemm as dgrad_tests  # noqa: E402
 import test_bwd_weight_igemm as igemm_tests  # noqa: E402
 import torch  # noqa: E402
 
 from instance_factory.algorithms import RunArgs, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
-from instance_factory.kernels import bwd_weight_relayout as relayout  # noqa: E402
+from instance_factory.kernels import relayout  # noqa: E402
 from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
-from instance_factory.reference import ref_conv_bwd_weight, rel_error  # noqa: E402
+from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error  # noqa: E402
 from instance_factory.tuning import lookup as _lookup  # noqa: E402, F401  (sets relayout's twin resolver)
 
 pytestmark = pytest.mark.skipif(
@@ -87,20 +89,24 @@ def test_declines():
     assert "must be one of" in ALG.config.from_values({"inner": "fixed"}).check()
 
 
-def test_kernel_hash_covers_the_served_kernels():
-    # relayout's rows go stale when its transpose or any kernel that can serve the twin changes; the
-    # families that decline every channels-last problem (cfirst) never serve it and are left out
+@pytest.mark.parametrize("op", ["conv_bwd_weight", "conv_bwd_data"])
+def test_kernel_hash_covers_the_served_kernels(op):
+    # relayout's rows go stale when its transpose or any kernel of its pass that can serve the twin
+    # changes; the families that decline every channels-last problem (cfirst) never serve it and are
+    # left out, and so is the other pass
     from instance_factory.algorithms import ALGORITHMS
     from instance_factory.kernels.layout_copy import KERNELS as COPY_KERNELS
 
     assert relayout.CHANNELS_FIRST_ONLY == ("cfirst",)
-    served = {k for (op, name), alg in ALGORITHMS.items() if op == "conv_bwd_weight" and name != "relayout"
+    served = {k for (alg_op, name), alg in ALGORITHMS.items() if alg_op == op and name != "relayout"
               and name not in relayout.CHANNELS_FIRST_ONLY
               and alg.config.__module__.startswith("instance_factory.") for k in alg.kernels}
-    names = {(k.fn.__module__, k.fn.__name__) for k in ALG.kernels}
+    names = {(k.fn.__module__, k.fn.__name__) for k in ALGORITHMS[(op, "relayout")].kernels}
     missing = {(k.fn.__module__, k.fn.__name__) for k in (*served, *COPY_KERNELS)} - names
     assert not missing, missing
-    assert ("instance_factory.kernels.bwd_weight_cfirst", "_bwd_weight_cfirst_kernel") not in names
+    for other in ("_bwd_weight_cfirst_kernel", "_bwd_data_cfirst_kernel",
+                  "_bwd_data_igemm_kernel" if op == "conv_bwd_weight" else "_bwd_weight_finalize_kernel"):
+        assert other not in {name for _, name in names}, other
 
 
 @pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
@@ -122,3 +128,62 @@ def test_weight_with_groups_folded(family):
     ref = ref_conv_bwd_weight(x.double(), dy.double(), p, lt.name, ds=(d.double(),), op="bilinear", alpha=1.5,
                               beta=-0.75)
     assert rel_error(out.reshape(w_shape), ref) <= DATA_TYPES["fp32"].tolerance
+
+
+# ------------------------------------------------------------------------------------------------
+# bwd data: grad_out (and a GKCYX weight, and the Ds) copied to the twin, grad_in copied back
+# ------------------------------------------------------------------------------------------------
+DGRAD = relayout.ALGORITHMS_BY_OP["conv_bwd_data"]
+
+
+def _dgrad(p, family, dtype="fp32", **kw):
+    return dgrad_tests.run_case(p, family, dtype, alg=DGRAD, base_cfg={"inner": "lookup"}, **kw)
+
+
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_dgrad_geometry(name, family):
+    _dgrad(CASES[name], family)
+
+
+@pytest.mark.parametrize("dtype", ["fp32_tf32", "fp16", "bf16"])
+def test_dgrad_dtypes(dtype):
+    _dgrad(CASES["2d-3x3-p1"], "ngchw_kcyx", dtype)
+
+
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("op,n_ds", [("bilinear", 1), ("add", 2), ("scale", 0)])
+def test_dgrad_fused_ops(op, n_ds, family):
+    _dgrad(CASES["2d-s2-asym"], family, op=op, n_ds=n_ds, alpha=1.5, beta=-0.75)
+
+
+def test_dgrad_serves_the_twin_and_declines():
+    p = CASES["2d-3x3-p1"]
+    lt = layout_for("ngchw_kcyx", 2)
+    dy = torch.randn(lt.shape("output", p))
+    w = torch.randn(lt.shape("weight", p))
+    out = torch.empty(lt.shape("input", p))
+    run = DGRAD.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp16"], fused=FUSED_OPS["passthrough"],
+                             user_fn=None, alpha=1.0, beta=1.0, a=dy.half(), b=w.half(), ds=(), out=out.half(),
+                             cfg=CFG))
+    assert run.inner_instance.startswith("conv_bwd_data-")
+    assert "-NHWGC_GKYXC_NHWGK-fp16-" in run.inner_instance
+    why = DGRAD.decline(CFG, p, layout_for("gnhwc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"])
+    assert why and "channels-last already" in why
+
+
+def test_dgrad_weight_with_groups_folded():
+    # the torch bridge hands over torch's weight shape [G*K, C, ...] (GKCYX)
+    p = CASES["2d-s2-asym"]
+    lt = layout_for("ngchw_kcyx", 2)
+    gen = torch.Generator().manual_seed(5)
+    dy = torch.randn(lt.shape("output", p), generator=gen)
+    w_shape = lt.shape("weight", p)
+    w = torch.randn(w_shape, generator=gen)
+    folded = w.reshape(w_shape[0] * w_shape[1], *w_shape[2:])
+    out = torch.full(lt.shape("input", p), float("nan"))
+    run = DGRAD.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["passthrough"],
+                             user_fn=None, alpha=1.0, beta=1.0, a=dy, b=folded, ds=(), out=out, cfg=CFG))
+    run(dy, folded, out, (), 1.0, 1.0)
+    ref = ref_conv_bwd_data(dy.double(), w.double(), p, lt.name)
+    assert rel_error(out, ref) <= DATA_TYPES["fp32"].tolerance
