@@ -257,3 +257,17 @@ def test_ops_hot_path_follows_database_writes(tiers):
     assert rel_error(out, ref) < 2e-3 and look() is b
     with pytest.raises(ValueError, match="shape"):  # the per-call tensor checks still run on the hot path
         instance_factory.conv_bwd_data(t["a"][:, :-1], t["b"], P, layout=LAYOUT)
+
+
+def test_writes_to_other_files_keep_the_index(tiers, tmp_path):
+    """A sweep writing its own --db file does not drop the tiers' index (relayout looks its twin up on
+    every bind: a re-read of the tiers costs seconds); a write to a tier file does."""
+    user, _ = tiers
+    a, b = runnable()[0][:2]
+    user.add([synthetic_row(PROB, a, 1.0)])
+    assert look() is a
+    index = L._INDEX[current_device()]
+    TuningDB(tmp_path / "sweep.csv").add([synthetic_row(PROB, b, 0.5)])
+    assert L._INDEX.get(current_device()) is index and look() is a
+    user.add([synthetic_row(PROB, b, 0.5)])
+    assert L._INDEX.get(current_device()) is not index and look() is b

@@ -296,7 +296,7 @@ class TuningDB:
         body = check_new_rows(new)  # outside the lock: other writers wait only for the append
         with self.lock():
             append_rows(self.path, new, body)
-        _notify_change()
+        _notify_change(self.path)
         return len(new)
 
     def compact(self) -> int:
@@ -307,7 +307,7 @@ class TuningDB:
                 return 0
             df = read_db(self.path)
             write_db(self.path, df)
-        _notify_change()
+        _notify_change(self.path)
         return len(df)
 
     def prune_stale(self, kernel_hashes: Mapping[str, str] | Callable[[str], str | None] | None = None
@@ -323,7 +323,7 @@ class TuningDB:
             keep = valid_rows(df, kernel_hashes=kernel_hashes or registry_kernel_hashes(), ok_only=False)
             if len(keep) < len(df):
                 write_db(self.path, keep)
-        _notify_change()
+        _notify_change(self.path)
         return len(keep), len(df) - len(keep)
 
     def merge_from(self, sources: Sequence[str | os.PathLike], *, remove_sources: bool = False) -> int:
@@ -348,7 +348,7 @@ class TuningDB:
             if remove_sources:
                 for db in srcs:
                     db.path.unlink(missing_ok=True)
-        _notify_change()
+        _notify_change(self.path)
         return len(merged)
 
 
@@ -361,10 +361,10 @@ def merge_files(sources: Sequence[str | os.PathLike], dest: str | os.PathLike, *
 _LISTENERS: list[Any] = []
 
 
-def _notify_change() -> None:
-    """Tell in-process readers (the lookup cache) that a database file changed."""
+def _notify_change(path: Path) -> None:
+    """Tell in-process readers (the lookup cache) that the database file ``path`` changed."""
     for fn in list(_LISTENERS):
-        fn()
+        fn(path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -134,8 +135,17 @@ def clear_cache() -> None:
 def _register_listener() -> None:
     from . import database
 
-    if clear_cache not in database._LISTENERS:
-        database._LISTENERS.append(clear_cache)
+    if _on_db_write not in database._LISTENERS:
+        database._LISTENERS.append(_on_db_write)
+
+
+def _on_db_write(path: Any) -> None:
+    """A database write in this process: forget the cached answers when it changed a tier file that
+    an index was read from. Writes elsewhere (a tuning sweep's own --db file) keep the index: each
+    re-read of the tiers costs seconds, and ``relayout`` looks its twin up on every bind."""
+    written = Path(path).resolve()
+    if any(Path(tier).resolve() == written for idx in list(_INDEX.values()) for tier, _ in idx.signatures):
+        clear_cache()
 
 
 # ----------------------------------------------------------------------------------------------
