@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 _p = igemm_tests._p
+DEV = igemm_tests.DEVICE
 ALG = igemm_tests._alg("relayout")
 CFG = ALG.config.from_values({"inner": "lookup"})
 
@@ -68,9 +69,9 @@ def test_fused_ops(op, n_ds, family):
 def test_serves_the_channels_last_twin():
     p = CASES["2d-3x3-p1"]
     lt = layout_for("ngchw_kcyx", 2)
-    x = torch.randn(lt.shape("input", p))
-    dy = torch.randn(lt.shape("output", p))
-    out = torch.empty(lt.shape("weight", p))
+    x = torch.randn(lt.shape("input", p), device=DEV)
+    dy = torch.randn(lt.shape("output", p), device=DEV)
+    out = torch.empty(lt.shape("weight", p), device=DEV)
     run = ALG.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["passthrough"],
                            user_fn=None, alpha=1.0, beta=1.0, a=x, b=dy, ds=(), out=out, cfg=CFG))
     assert "-NHWGC_GKYXC_NHWGK-fp32-" in run.inner_instance
@@ -115,12 +116,12 @@ def test_weight_with_groups_folded(family):
     p = CASES["2d-s2-asym"]
     lt = layout_for(family, 2)
     gen = torch.Generator().manual_seed(3)
-    x = torch.randn(lt.shape("input", p), generator=gen)
-    dy = torch.randn(lt.shape("output", p), generator=gen)
+    x = torch.randn(lt.shape("input", p), generator=gen).to(DEV)
+    dy = torch.randn(lt.shape("output", p), generator=gen).to(DEV)
     w_shape = lt.shape("weight", p)
     folded = (w_shape[0] * w_shape[1], *w_shape[2:])
-    d = torch.randn(w_shape, generator=gen)
-    out = torch.full(folded, float("nan"))
+    d = torch.randn(w_shape, generator=gen).to(DEV)
+    out = torch.full(folded, float("nan"), device=DEV)
     run = ALG.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["bilinear"],
                            user_fn=None, alpha=1.5, beta=-0.75, a=x, b=dy, ds=(d.reshape(folded),), out=out,
                            cfg=CFG))
@@ -160,9 +161,9 @@ def test_dgrad_fused_ops(op, n_ds, family):
 def test_dgrad_serves_the_twin_and_declines():
     p = CASES["2d-3x3-p1"]
     lt = layout_for("ngchw_kcyx", 2)
-    dy = torch.randn(lt.shape("output", p))
-    w = torch.randn(lt.shape("weight", p))
-    out = torch.empty(lt.shape("input", p))
+    dy = torch.randn(lt.shape("output", p), device=DEV)
+    w = torch.randn(lt.shape("weight", p), device=DEV)
+    out = torch.empty(lt.shape("input", p), device=DEV)
     run = DGRAD.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp16"], fused=FUSED_OPS["passthrough"],
                              user_fn=None, alpha=1.0, beta=1.0, a=dy.half(), b=w.half(), ds=(), out=out.half(),
                              cfg=CFG))
@@ -177,11 +178,11 @@ def test_dgrad_weight_with_groups_folded():
     p = CASES["2d-s2-asym"]
     lt = layout_for("ngchw_kcyx", 2)
     gen = torch.Generator().manual_seed(5)
-    dy = torch.randn(lt.shape("output", p), generator=gen)
+    dy = torch.randn(lt.shape("output", p), generator=gen).to(DEV)
     w_shape = lt.shape("weight", p)
-    w = torch.randn(w_shape, generator=gen)
+    w = torch.randn(w_shape, generator=gen).to(DEV)
     folded = w.reshape(w_shape[0] * w_shape[1], *w_shape[2:])
-    out = torch.full(lt.shape("input", p), float("nan"))
+    out = torch.full(lt.shape("input", p), float("nan"), device=DEV)
     run = DGRAD.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["passthrough"],
                              user_fn=None, alpha=1.0, beta=1.0, a=dy, b=folded, ds=(), out=out, cfg=CFG))
     run(dy, folded, out, (), 1.0, 1.0)
