@@ -15,7 +15,7 @@ import test_bwd_data_igemm as dgrad_tests  # noqa: E402
 import test_bwd_weight_igemm as igemm_tests  # noqa: E402
 import torch  # noqa: E402
 
-from instance_factory.algorithms import RunArgs, interpreting  # noqa: E402
+from instance_factory.algorithms import ALGORITHMS, RunArgs, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels import relayout  # noqa: E402
@@ -32,6 +32,12 @@ _p = igemm_tests._p
 DEV = igemm_tests.DEVICE
 ALG = igemm_tests._alg("relayout")
 CFG = ALG.config.from_values({"inner": "lookup"})
+
+
+def _bind(alg, p, lt, a, b, out, dtype="fp32", fused="passthrough", ds=(), alpha=1.0, beta=1.0):
+    """``alg``'s runner for the relayout config, bound to these tensors."""
+    return alg.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES[dtype], fused=FUSED_OPS[fused], user_fn=None,
+                            alpha=alpha, beta=beta, a=a, b=b, ds=ds, out=out, cfg=CFG))
 
 
 def _check(p, layout, dtype="fp32", **kw):
@@ -72,8 +78,7 @@ def test_serves_the_channels_last_twin():
     x = torch.randn(lt.shape("input", p), device=DEV)
     dy = torch.randn(lt.shape("output", p), device=DEV)
     out = torch.empty(lt.shape("weight", p), device=DEV)
-    run = ALG.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["passthrough"],
-                           user_fn=None, alpha=1.0, beta=1.0, a=x, b=dy, ds=(), out=out, cfg=CFG))
+    run = _bind(ALG, p, lt, x, dy, out)
     assert "-NHWGC_GKYXC_NHWGK-fp32-" in run.inner_instance
     assert relayout.twin_layout(lt).name == "NHWGC/GKYXC/NHWGK"
 
@@ -95,7 +100,6 @@ def test_kernel_hash_covers_the_served_kernels(op):
     # relayout's rows go stale when its transpose or any kernel of its pass that can serve the twin
     # changes; the families that decline every channels-last problem (cfirst) never serve it and are
     # left out, and so is the other pass
-    from instance_factory.algorithms import ALGORITHMS
     from instance_factory.kernels.layout_copy import KERNELS as COPY_KERNELS
 
     assert relayout.CHANNELS_FIRST_ONLY == ("cfirst",)
@@ -122,9 +126,7 @@ def test_weight_with_groups_folded(family):
     folded = (w_shape[0] * w_shape[1], *w_shape[2:])
     d = torch.randn(w_shape, generator=gen).to(DEV)
     out = torch.full(folded, float("nan"), device=DEV)
-    run = ALG.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["bilinear"],
-                           user_fn=None, alpha=1.5, beta=-0.75, a=x, b=dy, ds=(d.reshape(folded),), out=out,
-                           cfg=CFG))
+    run = _bind(ALG, p, lt, x, dy, out, fused="bilinear", ds=(d.reshape(folded),), alpha=1.5, beta=-0.75)
     run(x, dy, out, (d.reshape(folded),), 1.5, -0.75)
     ref = ref_conv_bwd_weight(x.double(), dy.double(), p, lt.name, ds=(d.double(),), op="bilinear", alpha=1.5,
                               beta=-0.75)
@@ -134,7 +136,7 @@ def test_weight_with_groups_folded(family):
 # ------------------------------------------------------------------------------------------------
 # bwd data: grad_out (and a GKCYX weight, and the Ds) copied to the twin, grad_in copied back
 # ------------------------------------------------------------------------------------------------
-DGRAD = relayout.ALGORITHMS_BY_OP["conv_bwd_data"]
+DGRAD = ALGORITHMS[("conv_bwd_data", "relayout")]
 
 
 def _dgrad(p, family, dtype="fp32", **kw):
@@ -164,9 +166,7 @@ def test_dgrad_serves_the_twin_and_declines():
     dy = torch.randn(lt.shape("output", p), device=DEV)
     w = torch.randn(lt.shape("weight", p), device=DEV)
     out = torch.empty(lt.shape("input", p), device=DEV)
-    run = DGRAD.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp16"], fused=FUSED_OPS["passthrough"],
-                             user_fn=None, alpha=1.0, beta=1.0, a=dy.half(), b=w.half(), ds=(), out=out.half(),
-                             cfg=CFG))
+    run = _bind(DGRAD, p, lt, dy.half(), w.half(), out.half(), dtype="fp16")
     assert run.inner_instance.startswith("conv_bwd_data-")
     assert "-NHWGC_GKYXC_NHWGK-fp16-" in run.inner_instance
     why = DGRAD.decline(CFG, p, layout_for("gnhwc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"])
@@ -183,8 +183,7 @@ def test_dgrad_weight_with_groups_folded():
     w = torch.randn(w_shape, generator=gen).to(DEV)
     folded = w.reshape(w_shape[0] * w_shape[1], *w_shape[2:])
     out = torch.full(lt.shape("input", p), float("nan"), device=DEV)
-    run = DGRAD.bind(RunArgs(params=p, layout=lt, dtype=DATA_TYPES["fp32"], fused=FUSED_OPS["passthrough"],
-                             user_fn=None, alpha=1.0, beta=1.0, a=dy, b=folded, ds=(), out=out, cfg=CFG))
+    run = _bind(DGRAD, p, lt, dy, folded, out)
     run(dy, folded, out, (), 1.0, 1.0)
     ref = ref_conv_bwd_data(dy.double(), w.double(), p, lt.name)
     assert rel_error(out, ref) <= DATA_TYPES["fp32"].tolerance

@@ -40,7 +40,7 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_weight_cfirst import is_pointwise_run
 from .common import MAX_GRID_YZ
-from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
+from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages
 
 __all__ = ["ALGORITHM", "BwdDataCfirstConfig", "bind", "decline", "run_alignment"]
 
@@ -120,11 +120,8 @@ class BwdDataCfirstConfig(GemmTileConfig):
     block_k-wide chunks of K; tiles in groups of group_m along the positions."""
 
     def check(self) -> str | None:
-        for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if not is_pow2(v) or not 16 <= v <= 256:
-                return f"{name}={v!r} must be a power of two in 16..256 (tl.dot's smallest tile is 16)"
-        return (self.group_m_reason() or self.warpgroups_reason() or check_num_stages(self.num_stages)
+        return (self.blocks_reason(256, "tl.dot's smallest tile is 16") or self.group_m_reason()
+                or self.warpgroups_reason() or check_num_stages(self.num_stages)
                 or self.fit_reason(max_acc_regs=256))
 
 

@@ -36,7 +36,7 @@ from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_data_tma import TensorDescriptor, _with_base, descriptor_template, tma_ready
-from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2, merge_positions, sm_count
+from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, merge_positions, sm_count
 
 __all__ = ["ALGORITHM", "BwdDataPointwiseConfig", "bind", "decline", "programs_per_sm"]
 
@@ -118,10 +118,8 @@ class BwdDataPointwiseConfig(GemmTileConfig):
     chunks of K, tiles in groups of group_m, num_stages-deep pipeline of TMA boxes."""
 
     def check(self) -> str | None:
-        for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if not is_pow2(v) or not 16 <= v <= _MAX_BOX:
-                return f"{name}={v!r} must be a power of two in 16..{_MAX_BOX} (tl.dot's smallest tile, a TMA box dim)"
+        if (why := self.blocks_reason(_MAX_BOX, "tl.dot's smallest tile, a TMA box dim")) is not None:
+            return why
         if self.block_m < 64:
             return f"block_m={self.block_m} must be >= 64 (one warpgroup MMA's rows)"
         return (self.group_m_reason() or self.warpgroups_reason() or check_num_stages(self.num_stages)

@@ -43,7 +43,7 @@ from ..problem import ConvParams
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters, flattenable
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .common import split_runner
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, is_pow2, sm_count
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_pointwise_run"]
 
@@ -140,11 +140,9 @@ class BwdWeightCfirstConfig(GemmTileConfig):
     split_k: int
 
     def check(self) -> str | None:
-        for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if not is_pow2(v) or not 16 <= v <= 256:
-                return f"{name}={v!r} must be a power of two in 16..256 (tl.dot's smallest tile is 16)"
-        if (why := self.group_m_reason() or self.warpgroups_reason()) is not None:
+        why = (self.blocks_reason(256, "tl.dot's smallest tile is 16") or self.group_m_reason()
+               or self.warpgroups_reason())
+        if why is not None:
             return why
         if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
             return f"num_stages={self.num_stages!r} must be an int in 2..6"

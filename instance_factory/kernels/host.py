@@ -63,6 +63,15 @@ class GemmTileConfig(KernelConfig):
         """Operand tiles kept in shared memory by the software pipeline (A: BMxBK, B: BKxBN)."""
         return operand_smem_bytes(self.num_stages, self.block_m, self.block_n, self.block_k, elem_bytes)
 
+    def blocks_reason(self, most: int, note: str) -> str | None:
+        """Why block_m / block_n / block_k are not powers of two in 16..``most``, or None (``note``
+        says where the bounds come from)."""
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not is_pow2(v) or not 16 <= v <= most:
+                return f"{name}={v!r} must be a power of two in 16..{most} ({note})"
+        return None
+
     def group_m_reason(self) -> str | None:
         """Why group_m is invalid (a positive int), or None."""
         gm = self.group_m

@@ -35,7 +35,7 @@ from . import import_kernel_modules
 from .layout_copy import KERNELS as COPY_KERNELS
 from .layout_copy import transpose_copier
 
-__all__ = ["ALGORITHMS_BY_OP", "CHANNELS_FIRST_ONLY", "RelayoutConfig", "bind", "decline", "set_twin_resolver",
+__all__ = ["CHANNELS_FIRST_ONLY", "RelayoutConfig", "bind", "decline", "set_twin_resolver",
            "twin_layout"]
 
 _INNER = ("lookup",)
@@ -108,20 +108,18 @@ def bind(args: RunArgs, op: str) -> Runner:
         raise ValueError(f"{op} relayout instance cannot run {p.key()}: {why}")
     twin = twin_layout(lt)
     inst = _TWIN_RESOLVER[0](op, p, layout=twin, dtype=dt, fused_op=args.fused.name, device=args.a.device)
-    a_role, b_role, out_role = ROLES[op]
     copy_a, copy_b, copy_out = (_copiers(t, p, lt, twin) for t in ROLES[op])
     shape_a, shape_b, shape_out = (twin.shape(t, p) for t in ROLES[op])
 
-    def to_twin(t: torch.Tensor, copiers: tuple[Copy, Copy] | None, shape: tuple[int, ...]) -> torch.Tensor:
-        if copiers is None:
-            return t
-        buf = torch.empty(shape, dtype=t.dtype, device=t.device)  # per call: the runner holds no buffers
-        copiers[0](t, buf)
-        return buf
-
     def twin_empty(t: torch.Tensor, copiers: tuple[Copy, Copy] | None, shape: tuple[int, ...]) -> torch.Tensor:
-        # the inner bind reads shapes, dtypes and the device only
+        """``t`` itself where both layouts hold it alike, else a new twin-shaped buffer (the runner holds none)."""
         return t if copiers is None else torch.empty(shape, dtype=t.dtype, device=t.device)
+
+    def to_twin(t: torch.Tensor, copiers: tuple[Copy, Copy] | None, shape: tuple[int, ...]) -> torch.Tensor:
+        buf = twin_empty(t, copiers, shape)
+        if copiers is not None:
+            copiers[0](t, buf)
+        return buf
 
     inner = inst.alg.bind(RunArgs(
         params=p, layout=twin, dtype=dt, fused=args.fused, user_fn=args.user_fn, alpha=args.alpha, beta=args.beta,
@@ -132,12 +130,10 @@ def bind(args: RunArgs, op: str) -> Runner:
     def run(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
         a2, b2 = to_twin(a, copy_a, shape_a), to_twin(b, copy_b, shape_b)
         ds2 = tuple(to_twin(d, copy_out, shape_out) for d in ds)
-        if copy_out is None:
-            inner(a2, b2, out, ds2, alpha, beta)
-            return
-        buf = torch.empty(shape_out, dtype=out.dtype, device=out.device)
+        buf = twin_empty(out, copy_out, shape_out)
         inner(a2, b2, buf, ds2, alpha, beta)
-        copy_out[1](buf, out)
+        if copy_out is not None:
+            copy_out[1](buf, out)
 
     run.inner_instance = inst.name  # which channels-last instance serves (reports, tests)
     return run
@@ -151,18 +147,16 @@ CHANNELS_FIRST_ONLY = ("cfirst",)
 import_kernel_modules()
 
 
-def _register(op: str, description: str) -> Algorithm:
+def _register(op: str, description: str) -> None:
     served = dict.fromkeys(k for (alg_op, name), alg in list(ALGORITHMS.items())
                            if alg_op == op and name not in CHANNELS_FIRST_ONLY and name != "relayout"
                            for k in alg.kernels)
-    return register_algorithm(Algorithm(
+    register_algorithm(Algorithm(
         op=op, name="relayout", config=RelayoutConfig, decline=decline, bind=lambda args: bind(args, op),
         description=description, kernels=(*COPY_KERNELS, *served)))
 
 
-ALGORITHMS_BY_OP = {
-    "conv_bwd_weight": _register("conv_bwd_weight", "channels-first bwd weight through channels-last copies of "
-                                 "input and grad_out, run by the instance lookup serves for the channels-last twin"),
-    "conv_bwd_data": _register("conv_bwd_data", "channels-first bwd data through a channels-last copy of grad_out, "
-                               "run by the instance lookup serves for the channels-last twin, grad_in copied back"),
-}
+_register("conv_bwd_weight", "channels-first bwd weight through channels-last copies of input and grad_out, run by "
+          "the instance lookup serves for the channels-last twin")
+_register("conv_bwd_data", "channels-first bwd data through a channels-last copy of grad_out, run by the instance "
+          "lookup serves for the channels-last twin, grad_in copied back")

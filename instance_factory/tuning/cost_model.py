@@ -144,16 +144,12 @@ def _dtype_relation(a: str, b: str) -> str:
 
 
 def _layout_family(layout: str) -> str:
-    """``cl`` for channels-last activations (..GC / GN..C), ``cf`` for channels-first (NGC..)."""
+    """``cl`` for channels-last activations (..GC / GN..C), ``cf`` for channels-first (NGC..); also the
+    layout part of a kernel's correction key. A pointer GEMM tiling channels runs 1.2-15x slower on
+    channels-first tensors than on channels-last ones, so its time on one says little about the other.
+    Keyed apart since session 18 for bwd data too (cfirst and relayout now ship for it): ResNet-50 NCHW
+    N64 dgrad goes to them on 20 of 22 layers instead of 5, leave-one-out 0.959 -> 0.960."""
     return "cl" if layout.split("/")[0].endswith("C") else "cf"
-
-
-def _correction_family(op: str, layout: str) -> str:
-    """The layout part of a kernel's correction key: ``cl`` / ``cf``. A pointer GEMM tiling channels runs
-    1.2-15x slower on channels-first tensors than on channels-last ones, so its time on one says little
-    about the other. Keyed apart since session 18 for bwd data too (cfirst and relayout now ship for it):
-    ResNet-50 NCHW N64 dgrad goes to them on 20 of 22 layers instead of 5, leave-one-out 0.959 -> 0.960."""
-    return _layout_family(layout)
 
 
 def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
@@ -388,7 +384,7 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
-        fam = _correction_family(op, layout)
+        fam = _layout_family(layout)
         for r in group:
             alg, sig = r["algorithm"], fam + "|" + signature(r["algorithm"], r["instance_params"])
             timed = r["status"] in ("ok", "pruned") and kernel_ms(r) is not None
@@ -462,12 +458,12 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
         w = _neighbor_weight(d)
-        t_fam = _correction_family(op, t.layout)
+        t_fam = _layout_family(t.layout)
         for sig, c in t.corrections.items():
             alg_corr.setdefault(t_fam + "|" + t.algorithms[sig], []).append((w, c))
             all_corr.append((w, c))
 
-    fam = _correction_family(op, layout)
+    fam = _layout_family(layout)
     preds = []
     for name, alg, cfg in candidates:
         sig = fam + "|" + signature(alg, cfg)
