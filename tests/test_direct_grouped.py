@@ -62,7 +62,7 @@ def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: s
              return_out: bool = False, depthwise: bool = False, algorithm: str | None = None,
              base_cfg: dict | None = None):
     """Launch one direct Algorithm (``depthwise``: the depthwise bwd-weight algorithm; ``algorithm``:
-    another bwd-weight algorithm, with ``base_cfg``) on fresh random data; return the error vs the
+    another algorithm of the op, with ``base_cfg``) on fresh random data; return the error vs the
     float64 reference."""
     torch.manual_seed(seed)
     lt = layout_for(layout_family, p.ndim)
@@ -71,7 +71,8 @@ def run_case(op_name: str, p: ConvParams, layout_family: str = "nhwgc", dtype: s
     alg = DATA if op_name == "data" else DEPTHWISE if depthwise else WEIGHT
     base = DATA_CFG if op_name == "data" else DEPTHWISE_CFG if depthwise else WEIGHT_CFG
     if algorithm is not None:
-        alg, base = ALGORITHMS[("conv_bwd_weight", algorithm)], base_cfg
+        alg = ALGORITHMS[("conv_bwd_data" if op_name == "data" else "conv_bwd_weight", algorithm)]
+        base = base_cfg
     cfg = alg.config.from_values({**base, **(cfg or {})})
     fused, user_fn = resolve_fused_op(op, n_ds)
     assert alg.check_config(cfg) is None, alg.check_config(cfg)
