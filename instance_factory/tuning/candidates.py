@@ -61,10 +61,10 @@ def _tile_waste(inst: Any, mn: tuple[int, int]) -> float:
 def order_candidates(problem: Problem, instances: Sequence[Any]) -> list[Any]:
     """``instances`` likely-fast first, so the pruning rule has a good best time early.
 
-    Few-channel problems (C and K per group <= FEW_CHANNELS): the ``direct`` family first, then the
-    tensor-core families; otherwise the tensor-core families first. Within a group, tiles with less
-    padding waste on the problem's GEMM (tile area / useful area, in half-octave steps) first;
-    ties keep registry order. Only the order changes, never the set.
+    Few-channel problems (C and K per group <= FEW_CHANNELS): the untiled families (``direct``,
+    ``dwroll``) first, then the tensor-core families; otherwise the tensor-core families first.
+    Within a group, tiles with less padding waste on the problem's GEMM (tile area / useful area,
+    in half-octave steps) first; ties keep registry order. Only the order changes, never the set.
     """
     p = problem.params
     few = p.C <= FEW_CHANNELS and p.K <= FEW_CHANNELS
