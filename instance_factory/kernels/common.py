@@ -166,12 +166,16 @@ def finalize_launcher(split: int, total: int, use_int64: bool, epi: dict) -> Bou
                        BLOCK_S=block_s, USE_INT64=use_int64 or split * total >= INT32_LIMIT, num_warps=4, **epi)
 
 
-def require_contiguous(args: RunArgs, algorithm: str) -> None:
+_OPERAND_NAMES = {"conv_bwd_weight": ("input", "grad_out", "grad_wei"),
+                  "conv_bwd_data": ("grad_out", "weight", "grad_in")}
+
+
+def require_contiguous(args: RunArgs, algorithm: str, op: str = "conv_bwd_weight") -> None:
     """The direct kernels index their operands through flat strides of contiguous tensors."""
-    for name, t in (("input", args.a), ("grad_out", args.b), ("grad_wei", args.out),
-                    *(("a D", d) for d in args.ds)):
+    a_name, b_name, out_name = _OPERAND_NAMES[op]
+    for name, t in ((a_name, args.a), (b_name, args.b), (out_name, args.out), *(("a D", d) for d in args.ds)):
         if not t.is_contiguous():
-            raise ValueError(f"{algorithm} conv_bwd_weight needs a contiguous {name} tensor")
+            raise ValueError(f"{algorithm} {op} needs a contiguous {name} tensor")
 
 
 def occupancy_split(base_programs: int, sms: int, per_sm: int, most: int) -> int:

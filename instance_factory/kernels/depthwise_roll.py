@@ -39,7 +39,7 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .common import MAX_GRID_YZ, DirectStyleConfig
+from .common import MAX_GRID_YZ, DirectStyleConfig, require_contiguous
 from .depthwise_stream import strides_by_vec
 from .host import INT32_LIMIT
 
@@ -268,10 +268,7 @@ def row_slots(fy: int, stride_h: int, dil_h: int) -> int | None:
 
 def _plan(p: ConvParams, cfg: DwRollConfig) -> tuple[int, int, int, int]:
     """(slots, W phases, column tiles, channel blocks) of a problem."""
-    in3 = (1,) * (3 - p.ndim) + tuple(p.input)
-    s3 = (1,) * (3 - p.ndim) + tuple(p.stride)
-    d3 = (1,) * (3 - p.ndim) + tuple(p.dilation)
-    f3 = (1,) * (3 - p.ndim) + tuple(p.filter)
+    in3, s3, d3, f3 = (p.spatial3(name) for name in ("input", "stride", "dilation", "filter"))
     slots = row_slots(f3[1], s3[1], d3[1])
     nr_w = min(s3[2], in3[2])
     return slots, nr_w, triton.cdiv(triton.cdiv(in3[2], s3[2]), cfg.block_w), triton.cdiv(p.G, cfg.block_ch)
@@ -280,17 +277,15 @@ def _plan(p: ConvParams, cfg: DwRollConfig) -> tuple[int, int, int, int]:
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
-    for name, t in (("grad_out", args.a), ("weight", args.b), ("grad_in", args.out),
-                    *(("a D", d) for d in args.ds)):
-        if not t.is_contiguous():
-            raise ValueError(f"dwroll conv_bwd_data needs a contiguous {name} tensor")
+    require_contiguous(args, "dwroll", "conv_bwd_data")
     block_w, block_ch, num_warps = int(cfg.block_w), int(cfg.block_ch), int(cfg.num_warps)
     slots, nr_w, col_tiles, ch_blocks = _plan(args.params, cfg)
     unroll = int(cfg.unroll) or slots
     Di, Hi, Wi = geo.in3
     nr_h = min(geo.stride3[1], Hi)
-    rows = int(cfg.rows) or triton.cdiv(Hi, geo.stride3[1])
-    strips = triton.cdiv(triton.cdiv(Hi, geo.stride3[1]), rows)
+    phase_rows = triton.cdiv(Hi, geo.stride3[1])  # the largest H phase
+    rows = int(cfg.rows) or phase_rows
+    strips = triton.cdiv(phase_rows, rows)
     G = geo.G
     vec, xs_v, ys_v = strides_by_vec(geo.x_strides, geo.y_strides, G)
     use_int64 = force_int64 or geo.needs_int64 or geo.N * Di * nr_h * strips >= INT32_LIMIT

@@ -368,10 +368,7 @@ def bind_bwd_data(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
     block_p, block_ch, num_warps = int(cfg.block_p), int(cfg.block_ch), int(cfg.num_warps)
-    for name, t in (("grad_out", args.a), ("weight", args.b), ("grad_in", args.out),
-                    *(("a D", d) for d in args.ds)):
-        if not t.is_contiguous():
-            raise ValueError(f"direct conv_bwd_data needs a contiguous {name} tensor")
+    require_contiguous(args, "direct", "conv_bwd_data")
     md, mh, mw = (triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))
     n_pos = geo.N * md * mh * mw
     gc = geo.G * geo.C

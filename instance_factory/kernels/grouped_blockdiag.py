@@ -39,6 +39,7 @@ from .common import (
     MAX_GRID_YZ,
     DirectStyleConfig,
     num_phases,
+    require_contiguous,
 )
 from .host import INT32_LIMIT
 
@@ -189,10 +190,7 @@ def _precision(args: RunArgs) -> tuple[bool, str]:
 def bind_bwd_data(args: RunArgs) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg = args.geo, args.cfg
-    for name, t in (("grad_out", args.a), ("weight", args.b), ("grad_in", args.out),
-                    *(("a D", d) for d in args.ds)):
-        if not t.is_contiguous():
-            raise ValueError(f"blockdiag conv_bwd_data needs a contiguous {name} tensor")
+    require_contiguous(args, "blockdiag", "conv_bwd_data")
     gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
     bm = int(cfg.block_m)
     md, mh, mw = (triton.cdiv(i, s) for i, s in zip(geo.in3, geo.stride3))
