@@ -39,6 +39,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "block_t": "t",
     "prefetch": "pf",
     "block_r": "r",
+    "block_fy": "fy",
     "block_x": "x",
     "unroll": "u",
     "spec": "",
