@@ -1,7 +1,7 @@
-"""The ``dwslab`` conv_bwd_weight algorithm (depthwise, a slab of filter rows per program): every
-layout family and ndim (a 3D slab crossing a z boundary), dtypes, splits, slabs that fit the filter
-exactly, are partly past it and span several programs, windows that slide and reload, fused ops,
-int64 offsets, determinism, declines. Fresh random data, NaN-poisoned result, float64 reference
+"""The ``dwslab`` conv_bwd_weight algorithm (depthwise, a slab of filter rows per program): both
+channels-last layout families, 2D and 3D (a slab crossing a z boundary), dtypes, splits, slabs
+that fit the filter exactly, are partly past it and span several programs, windows that slide and
+reload, fused ops, int64 offsets, determinism, declines (channels-first layouts among them). Fresh random data, NaN-poisoned result, float64 reference
 (the harness of test_direct_grouped.py); the interpreter on CPU, or a CUDA GPU."""
 
 import os
@@ -33,10 +33,8 @@ def check(p, dtype: str = "fp32", **kw) -> None:
     assert err <= tol, f"dwslab {p} {dtype} {kw}: rel. error {err:.3g} > {tol}"
 
 
-# each layout family once (1D has one filter row: declined, dwslide's)
-@pytest.mark.parametrize("ndim,layout_family,kc", [
-    (2, "gnhwc", (3, 1)), (2, "ngchw", (1, 1)), (3, "ngchw_kcyx", (2, 1)), (3, "nhwgc", (1, 1)),
-])
+# both channels-last families (1D has one filter row: declined, dwslide's; channels-first: relayout's)
+@pytest.mark.parametrize("ndim,layout_family,kc", [(2, "gnhwc", (3, 1)), (3, "gnhwc", (2, 1)), (3, "nhwgc", (1, 1))])
 def test_layouts_ndims(ndim, layout_family, kc):
     assert layout_family in LAYOUT_FAMILIES
     check(shape(ndim, G=5, K=kc[0], C=kc[1]), layout_family=layout_family, seed=81)
@@ -86,6 +84,8 @@ def test_declines_and_configs():
     assert "C = 1, K <= 4" in ALG.decline(cfg, wide, lt, dt, fused)
     assert "fp16_fp8" in ALG.decline(cfg, shape(2, G=4, K=1, C=1), lt, DATA_TYPES["fp16_fp8"], fused)
     assert "filter's 1 rows" in ALG.decline(cfg, shape(1, G=4, K=1, C=1), layout_for("nhwgc", 1), dt, fused)
+    for family in ("ngchw", "ngchw_kcyx"):
+        assert "through relayout" in ALG.decline(cfg, shape(2, G=4, K=1, C=1), layout_for(family, 2), dt, fused)
     f3 = P(2, 4, 2, 1, 1, (3, 3), (9, 9), (1, 1), (1, 1), (1, 1), (1, 1))
     assert "wider than the filter's 3 rows" in ALG.decline(cfg.replace(block_fy=8), f3, lt, dt, fused)
     assert ALG.decline(cfg.replace(block_fy=4), f3, lt, dt, fused) is None

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Timing", "single_run_ms", "time_cpu", "time_gpu"]
+__all__ = ["MIN_RUNS_PER_ROUND", "ROUNDS", "Timing", "runs_per_round", "single_run_ms", "time_cpu", "time_gpu"]
 
 
 @dataclass
@@ -43,6 +43,10 @@ HOST_SLACK_CYCLES = 200_000
 #: held-out sweep (H100) had whole timings slowed 5-12x on the GPU side (p20 as high as the median,
 #: not host launch cost), which a disturbance of a few ms cannot do to every round
 ROUNDS = 3
+#: runs per round however long the host took over the first five: a host stall there (the tuner's
+#: compile pool sharing the CPU) once left one run per round, and a single disturbed sample stood as
+#: an "ok" row (session 20: dwslab 0.327 ms with reps 1 where its neighbours ran 0.037-0.040 ms)
+MIN_RUNS_PER_ROUND = 5
 #: bytes zeroed before each timed run: more than the L2 of any GPU we time on (50-60 MB on Hopper)
 FLUSH_BYTES = 256 * 1024 * 1024
 _flush_buffers: dict[Any, torch.Tensor] = {}
@@ -87,11 +91,17 @@ def time_gpu(fn: Callable[[], Any], warmup_ms: float, rep_ms: float) -> Timing:
     per_run = (time.perf_counter() - t0) * 1e3 / 5  # flush + slack + call: what a run costs the budget
     for _ in range(max(1, int(warmup_ms / max(estimate, 1e-3)))):
         fn()
-    runs = max(1, int(rep_ms / max(per_run, 1e-3)) // ROUNDS)
+    runs = runs_per_round(rep_ms, per_run)
     rounds = [_timed_runs(fn, runs, flush, sleep) for _ in range(ROUNDS)]
     times = min(rounds, key=statistics.median)
     return Timing(statistics.median(times), quantile(times, 0.2), quantile(times, 0.8), len(times),
                   "do_bench+slack")
+
+
+def runs_per_round(rep_ms: float, per_run_ms: float) -> int:
+    """Timed runs per round: the ``rep_ms`` budget over :data:`ROUNDS` rounds, at least
+    :data:`MIN_RUNS_PER_ROUND` (so a round's median never rests on one sample)."""
+    return max(MIN_RUNS_PER_ROUND, int(rep_ms / max(per_run_ms, 1e-3)) // ROUNDS)
 
 
 def _triton_do_bench(fn: Callable[[], Any], warmup_ms: float, rep_ms: float) -> Timing:
