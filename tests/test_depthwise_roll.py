@@ -47,7 +47,7 @@ def test_layouts_ndims(ndim, layout_family):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16"])
 def test_dtypes(dtype):
-    check(P(2, 12, 2, 1, 1, (5, 5), (11, 9), (2, 1), (1, 1), (2, 2), (2, 1)), dtype=dtype, seed=82)
+    check(P(2, 12, 1, 1, 1, (5, 5), (11, 9), (2, 1), (1, 1), (2, 2), (2, 1)), dtype=dtype, seed=82)
 
 
 # (filter, stride, dilation) along H with a strip config: slots 7 (every phase full), stride 2 (phases of
@@ -62,24 +62,34 @@ _STRIPS = [dict(rows=0, unroll=0), dict(rows=2, unroll=1, prefetch=0), dict(rows
                               "f1-rows5-u3", "slots8-rows2-pf0", "f5s2-rows5-u3"])
 def test_rows_and_strips(case):
     (f, s, d), strip = case
-    check(_hd(f, s, d, lp=f // 2, rp=(f - 1) // 2, hw=(13, 7)), cfg=_STRIPS[strip], seed=83)
+    check(_hd(f, s, d, lp=f // 2, rp=(f - 1) // 2, hw=(13, 7), n=1), cfg=_STRIPS[strip], seed=83)
 
 
-@pytest.mark.parametrize("cfg", [dict(block_w=1, block_ch=1, rows=1, unroll=1, prefetch=0, num_warps=1),
-                                 dict(block_w=4, block_ch=2, rows=4, unroll=2, prefetch=1, num_warps=1),
-                                 dict(block_w=32, block_ch=16, rows=0, unroll=0, prefetch=1, num_warps=2)])
-def test_configs(cfg):
-    """Column tiles and channel blocks narrower and wider than the problem (G=9: no 16-byte vectors)."""
-    check(P(2, 9, 2, 1, 1, (3, 5), (6, 11), (1, 1), (1, 1), (1, 2), (1, 2)), cfg=cfg, seed=84)
+# the one-wide config runs one program per (input row, column, channel): a problem just big enough for
+# several of each (G=3, 4 x 5 inputs; the other configs' problem took 1,188 programs, 3 minutes)
+_TINY = P(2, 3, 1, 1, 1, (3, 3), (4, 5), (1, 1), (1, 1), (1, 2), (1, 0))
+_MID = P(2, 9, 1, 1, 1, (3, 5), (6, 11), (1, 1), (1, 1), (1, 2), (1, 2))
+
+
+@pytest.mark.parametrize("cfg,p", [(dict(block_w=1, block_ch=1, rows=1, unroll=1, prefetch=0, num_warps=1), _TINY),
+                                   (dict(block_w=4, block_ch=2, rows=4, unroll=2, prefetch=1, num_warps=1), _MID),
+                                   (dict(block_w=32, block_ch=16, rows=0, unroll=0, prefetch=1, num_warps=2), _MID)],
+                         ids=["cfg0", "cfg1", "cfg2"])
+def test_configs(cfg, p):
+    """Column tiles and channel blocks narrower and wider than the problem (G=9 and G=3: no 16-byte
+    vectors); strips of one row and of 4 (a partial last strip)."""
+    check(p, cfg=cfg, seed=84)
 
 
 @pytest.mark.parametrize("prefetch", [0, 1])
 def test_dilated_w_and_d_and_padding_past_the_filter(prefetch):
     """Dilation along W (any) and D; pads as wide as the dilated filter (rows with no taps inside);
-    a one-tap D filter at stride 2 (prefetch on: planes without taps)."""
+    a one-tap D filter at stride 2 (prefetch on: planes without taps). The 3-deep D filter runs once:
+    prefetch only acts on filters one tap deep in D, so both values launch the same kernel."""
     cfg = dict(prefetch=prefetch)
     check(P(2, 4, 2, 1, 1, (3, 3), (7, 12), (1, 1), (1, 3), (2, 3), (2, 6)), cfg=cfg, seed=85)
-    check(P(3, 3, 1, 1, 1, (3, 2, 3), (7, 4, 6), (2, 1, 3), (3, 1, 1), (2, 1, 1), (1, 0, 2)), cfg=cfg, seed=86)
+    if not prefetch:
+        check(P(3, 3, 1, 1, 1, (3, 2, 3), (7, 4, 6), (2, 1, 3), (3, 1, 1), (2, 1, 1), (1, 0, 2)), cfg=cfg, seed=86)
     check(P(3, 3, 2, 1, 1, (1, 3, 3), (5, 4, 6), (2, 1, 2), (1, 1, 1), (1, 1, 1), (0, 1, 1)), cfg=cfg, seed=89)
 
 

@@ -32,11 +32,15 @@ def check(p, dtype: str = "fp32", **kw) -> None:
     assert err <= tol, f"dwstream {p} {dtype} {kw}: rel. error {err:.3g} > {tol}"
 
 
-@pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("layout_family", list(LAYOUT_FAMILIES))
-@pytest.mark.parametrize("kc", [(1, 1), (3, 1)], ids=["depthwise", "multiplier3"])
-def test_layouts_ndims(ndim, layout_family, kc):
-    check(shape(ndim, G=5, K=kc[0], C=kc[1]), layout_family=layout_family, seed=61)
+# depthwise on every layout family x ndim; the depth multiplier (K=3: k inside each group's channels, the
+# weight's k stride) on every layout family and every ndim, not their product
+_LAYOUT_CASES = ([("depthwise", f, n) for f in LAYOUT_FAMILIES for n in (1, 2, 3)]
+                 + [("multiplier3", f, n) for f, n in zip(LAYOUT_FAMILIES, (1, 2, 3, 2), strict=True)])
+
+
+@pytest.mark.parametrize("kind,layout_family,ndim", _LAYOUT_CASES, ids=["-".join(map(str, c)) for c in _LAYOUT_CASES])
+def test_layouts_ndims(kind, layout_family, ndim):
+    check(shape(ndim, G=5, K=3 if kind == "multiplier3" else 1, C=1), layout_family=layout_family, seed=61)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])
@@ -46,14 +50,21 @@ def test_dtypes_splits(dtype, split):
     check(p, dtype=dtype, cfg=dict(split=split), seed=62)
 
 
-@pytest.mark.parametrize("cfg", [dict(block_t=1, block_w=1, block_ch=1, prefetch=0, num_warps=1, split=1),
-                                 dict(block_t=4, block_w=2, block_ch=4, prefetch=1, num_warps=2, split=5),
-                                 dict(block_t=16, block_w=16, block_ch=32, prefetch=0, num_warps=4, split=0),
-                                 dict(block_t=2, block_w=8, block_ch=16, prefetch=1, num_warps=8, split=4)])
-def test_configs(cfg):
+# the one-wide config runs a program per (tap, column, channel): a problem just big enough for several of
+# each (G=3, 3 x 4 inputs; the other configs' problem took 990 programs, 2 minutes)
+_TINY = P(2, 3, 1, 1, 1, (2, 5), (3, 4), (1, 1), (1, 1), (1, 2), (0, 2))
+_MID = P(2, 9, 1, 1, 1, (2, 5), (6, 11), (1, 1), (1, 1), (1, 2), (0, 2))
+
+
+@pytest.mark.parametrize("cfg,p", [(dict(block_t=1, block_w=1, block_ch=1, prefetch=0, num_warps=1, split=1), _TINY),
+                                   (dict(block_t=4, block_w=2, block_ch=4, prefetch=1, num_warps=2, split=5), _MID),
+                                   (dict(block_t=16, block_w=16, block_ch=32, prefetch=0, num_warps=4, split=0), _MID),
+                                   (dict(block_t=2, block_w=8, block_ch=16, prefetch=1, num_warps=8, split=4), _MID)],
+                         ids=["cfg0", "cfg1", "cfg2", "cfg3"])
+def test_configs(cfg, p):
     """Tap blocks that split the filter unevenly, column tiles narrower and wider than the row (a
-    masked last one), channel blocks narrower and wider than G*K*C (G=9: no 16-byte vectors)."""
-    check(P(2, 9, 2, 1, 1, (2, 5), (6, 11), (1, 1), (1, 1), (1, 2), (0, 2)), cfg=cfg, seed=63)
+    masked last one), channel blocks narrower and wider than G*K*C (G=9 and G=3: no 16-byte vectors)."""
+    check(p, cfg=cfg, seed=63)
 
 
 @pytest.mark.parametrize("case", FUSED_CASES,

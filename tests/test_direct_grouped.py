@@ -20,6 +20,7 @@ from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS, resolve_fused_op  # noqa: E402
 from instance_factory.kernels import depthwise_wgrad as dw_mod  # noqa: E402
 from instance_factory.kernels import direct_grouped as mod  # noqa: E402
+from instance_factory.kernels.common import split_chunks  # noqa: E402
 from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.reference import ref_conv_bwd_data, ref_conv_bwd_weight, rel_error  # noqa: E402
@@ -364,9 +365,12 @@ def test_weight_depthwise_configs(cfg):
 def test_weight_split_reduce_many_steps():
     """More splits than one reduce step (64): the partials are summed in several [64 x 32] steps,
     the same bits every run."""
-    p = P(2, 5, 4, 1, 1, (3, 3), (9, 9), (1, 1), (1, 1), (1, 1), (1, 1))  # 324 positions
-    e1, a = run_case("weight", p, cfg=dict(block_p=2, block_ch=8, split=150), seed=42, return_out=True)
-    e2, b = run_case("weight", p, cfg=dict(block_p=2, block_ch=8, split=150), seed=42, return_out=True)
+    # 81 positions: 81 chunks of one position, partials summed in two steps (64 + 17); 11 channels x 3
+    # taps = 33 weights: two reduce programs of 32
+    p = P(2, 11, 1, 1, 1, (1, 3), (9, 9), (1, 1), (1, 1), (0, 1), (0, 1))
+    assert split_chunks(150, p.N * 9 * 9) == (81, 1)
+    e1, a = run_case("weight", p, cfg=dict(block_p=2, block_ch=16, split=150), seed=42, return_out=True)
+    e2, b = run_case("weight", p, cfg=dict(block_p=2, block_ch=16, split=150), seed=42, return_out=True)
     assert e1 <= 1e-5 and torch.equal(a, b)
 
 
@@ -379,20 +383,29 @@ def test_depthwise_family_layouts_ndims(ndim, layout_family):
     check("weight", shape(ndim, G=5, K=1, C=1), layout_family=layout_family, depthwise=True, seed=51)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp32_tf32", "fp16", "bf16", "bf16_fp32w"])
-@pytest.mark.parametrize("split", [1, 2, 3, 7, 0])
+# every split (one: the epilogue in the main kernel; 2, 3, 7: uneven chunks and the reduce; 0: auto) in
+# fp32, and every other dtype with one split and with several (its loads, and its store from the main
+# kernel and from the reduce)
+@pytest.mark.parametrize("dtype,split", [("fp32", s) for s in (1, 2, 3, 7, 0)]
+                         + [(d, s) for d in ("fp32_tf32", "fp16", "bf16", "bf16_fp32w") for s in (1, 3)])
 def test_depthwise_family_dtypes_splits(dtype, split):
     p = P(2, 7, 3, 1, 1, (3, 3), (7, 9), (2, 1), (1, 2), (1, 2), (0, 1))
     check("weight", p, dtype=dtype, cfg=dict(split=split), depthwise=True, seed=52)
 
 
-@pytest.mark.parametrize("cfg", [dict(block_w=1, block_ch=1, num_warps=1, split=1),
-                                 dict(block_w=4, block_ch=4, num_warps=2, split=5),
-                                 dict(block_w=32, block_ch=64, num_warps=8, split=0)])
-def test_depthwise_family_configs(cfg):
+# the one-wide config runs a program per (filter row, column, channel): a problem just big enough for
+# several of each (G=3, 3 x 6 inputs)
+_DW_TINY = P(2, 3, 1, 1, 1, (2, 5), (3, 6), (1, 1), (1, 1), (1, 2), (0, 2))
+_DW_MID = P(2, 9, 2, 1, 1, (2, 5), (6, 11), (1, 1), (1, 1), (1, 2), (0, 2))
+
+
+@pytest.mark.parametrize("cfg,p", [(dict(block_w=1, block_ch=1, num_warps=1, split=1), _DW_TINY),
+                                   (dict(block_w=4, block_ch=4, num_warps=2, split=5), _DW_MID),
+                                   (dict(block_w=32, block_ch=64, num_warps=8, split=0), _DW_MID)],
+                         ids=["cfg0", "cfg1", "cfg2"])
+def test_depthwise_family_configs(cfg, p):
     """Tiles narrower and wider than the output row (several column tiles, a masked last one) and
     fewer or more channels than G; a 5-tap row (padded to 8)."""
-    p = P(2, 9, 2, 1, 1, (2, 5), (6, 11), (1, 1), (1, 1), (1, 2), (0, 2))
     check("weight", p, cfg=cfg, depthwise=True, seed=53)
 
 

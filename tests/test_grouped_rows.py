@@ -85,7 +85,7 @@ def test_taps_per_program_fit_shared_memory():
     assert 0 < nt < 9 and (32 + triton.next_power_of_2(nt) * 64) * 128 * 4 <= PIPELINE_SMEM_BUDGET
     assert program_taps(9, 32, 64, 8, 128, 2) == 5  # 2-byte data: the accumulator cap (8) decides
     assert program_taps(9, 128, 128, 8, 1024, 4) == 0
-    p = ConvParams(2, 3, 2, 24, 40, (3, 3), (17, 17), (2, 2), (2, 2), (2, 2), (1, 1))
+    p = ConvParams(2, 3, 2, 24, 40, (3, 3), (9, 9), (2, 2), (2, 2), (2, 2), (1, 1))
     lt = layout_for("gnhwc", 2)
     fused = FUSED_OPS["passthrough"]
     big = ALG.config.from_values(dict(block_w=128, block_n=64, num_warps=8, num_stages=2, split=0))
