@@ -21,6 +21,7 @@ then this kernel) ran the held-out NGCHW layers 2.3x faster on an H100.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -43,7 +44,7 @@ from .common import (
     split_chunks,
     split_runner,
 )
-from .depthwise_slide import MAX_WINDOW, _fma, _pick, window_plan
+from .depthwise_slide import _fma, _pick, window_config_reason, window_plan, window_registers
 from .depthwise_stream import depthwise_decline, strides_by_vec
 from .host import INT32_LIMIT, sm_count
 
@@ -266,15 +267,7 @@ class DwSlabConfig(DirectStyleConfig):
             return reason
         if self.block_fy < 2:
             return f"block_fy={self.block_fy!r} must be at least 2 (one filter row per program is dwslide)"
-        bx = self.block_x
-        if not isinstance(bx, int) or isinstance(bx, bool) or not 0 <= bx <= MAX_WINDOW:
-            return f"block_x={bx!r} must be 0 (min(FX, {MAX_WINDOW})) or a tap count from 1 to {MAX_WINDOW}"
-        un = self.unroll
-        if not isinstance(un, int) or isinstance(un, bool) or not 0 <= un <= 16:
-            return f"unroll={un!r} must be 0 (the window's lifetime) or a factor from 1 to 16"
-        if self.prefetch not in (0, 1):
-            return f"prefetch={self.prefetch!r} must be 0 or 1"
-        return None
+        return window_config_reason(self.block_x, self.unroll, self.prefetch)
 
 
 def auto_split(rows: int, base_programs: int, block_r: int, num_warps: int, sms: int) -> int:
@@ -325,17 +318,11 @@ def decline(cfg: DwSlabConfig, p: ConvParams, layout: LayoutTriple, dtype: DataT
         # H100, held-out NGCHW layers: 0.166 ms vs 0.073 for relayout (a copy, then dwslab/dwslide)
         return ("dwslab loads channel vectors along a contiguous channel axis; channels-first tensors go "
                 "through relayout (a channels-last copy first) instead")
-    frows = 1
-    for f in p.filter[:-1]:
-        frows *= f
+    frows = math.prod(p.filter[:-1])
     if cfg.block_fy > triton.next_power_of_2(frows):
         return (f"block_fy={cfg.block_fy} is wider than the filter's {frows} rows (z, y) rounded up to a "
                 f"power of two: a smaller slab does the same work")
-    fx = p.filter[-1]
-    txb, shift, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg.block_x, cfg.unroll)
-    per_thread = cfg.block_r * cfg.block_fy * cfg.block_ch / (32 * cfg.num_warps)
-    ahead = (shift or txb) if cfg.prefetch else 0  # the next window's new slots
-    regs = (2 * txb + 1 + ahead) * per_thread
+    txb, regs = window_registers(p, cfg, cfg.block_r * cfg.block_fy * cfg.block_ch)
     if regs > _MAX_REGS_PER_THREAD:
         return (f"a window of {txb} taps x block_r={cfg.block_r} x block_fy={cfg.block_fy} x "
                 f"block_ch={cfg.block_ch} needs {regs:g} fp32 registers per thread with num_warps={cfg.num_warps} "

@@ -24,7 +24,7 @@ otherwise fp32 partials [chunk, taps, G*K] go through ``direct``'s deterministic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import triton
 import triton.language as tl
@@ -48,7 +48,8 @@ from .common import (
 from .depthwise_stream import depthwise_decline, strides_by_vec
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "MAX_WINDOW", "DwSlideConfig", "auto_split", "bind", "decline", "window_plan"]
+__all__ = ["ALGORITHM", "MAX_WINDOW", "DwSlideConfig", "auto_split", "bind", "decline", "window_config_reason",
+           "window_plan", "window_registers"]
 
 MAX_WINDOW = 8  # register slots of the sliding window (taps along x per program)
 _MAX_REGS_PER_THREAD = 128  # fp32 accumulators + window values per thread: no spills
@@ -294,15 +295,18 @@ class DwSlideConfig(DirectStyleConfig):
         reason = super().check()
         if reason:
             return reason
-        bx = self.block_x
-        if not isinstance(bx, int) or isinstance(bx, bool) or not 0 <= bx <= MAX_WINDOW:
-            return f"block_x={bx!r} must be 0 (min(FX, {MAX_WINDOW})) or a tap count from 1 to {MAX_WINDOW}"
-        un = self.unroll
-        if not isinstance(un, int) or isinstance(un, bool) or not 0 <= un <= 16:
-            return f"unroll={un!r} must be 0 (the window's lifetime) or a factor from 1 to 16"
-        if self.prefetch not in (0, 1):
-            return f"prefetch={self.prefetch!r} must be 0 or 1"
-        return None
+        return window_config_reason(self.block_x, self.unroll, self.prefetch)
+
+
+def window_config_reason(block_x: int, unroll: int, prefetch: int) -> str | None:
+    """Why a sliding-window config (dwslide, dwslab) is invalid, or None."""
+    if not isinstance(block_x, int) or isinstance(block_x, bool) or not 0 <= block_x <= MAX_WINDOW:
+        return f"block_x={block_x!r} must be 0 (min(FX, {MAX_WINDOW})) or a tap count from 1 to {MAX_WINDOW}"
+    if not isinstance(unroll, int) or isinstance(unroll, bool) or not 0 <= unroll <= 16:
+        return f"unroll={unroll!r} must be 0 (the window's lifetime) or a factor from 1 to 16"
+    if prefetch not in (0, 1):
+        return f"prefetch={prefetch!r} must be 0 or 1"
+    return None
 
 
 def window_plan(fx: int, stride_w: int, dil_w: int, block_x: int, unroll: int) -> tuple[int, int, int]:
@@ -318,6 +322,15 @@ def window_plan(fx: int, stride_w: int, dil_w: int, block_x: int, unroll: int) -
     if unroll == 0:
         unroll = triton.cdiv(txb, shift) if shift else 1
     return txb, shift, unroll
+
+
+def window_registers(p: ConvParams, cfg: Any, tile: int) -> tuple[int, float]:
+    """(taps per window, fp32 registers per thread) of a sliding-window config (dwslide, dwslab) whose tile holds
+    ``tile`` elements: the window, the accumulators, the dy value and, with prefetch, the next
+    window's new slots, per element a thread owns."""
+    txb, shift, _ = window_plan(p.filter[-1], p.stride[-1], p.dilation[-1], cfg.block_x, cfg.unroll)
+    ahead = (shift or txb) if cfg.prefetch else 0
+    return txb, (2 * txb + 1 + ahead) * tile / (32 * cfg.num_warps)
 
 
 def auto_split(rows: int, base_programs: int, block_r: int, sms: int) -> int:
@@ -362,11 +375,7 @@ def decline(cfg: DwSlideConfig, p: ConvParams, layout: LayoutTriple, dtype: Data
     reason = depthwise_decline("dwslide", p, dtype)
     if reason:
         return reason
-    fx = p.filter[-1]
-    txb, shift, _ = window_plan(fx, p.stride[-1], p.dilation[-1], cfg.block_x, cfg.unroll)
-    per_thread = cfg.block_r * cfg.block_ch / (32 * cfg.num_warps)
-    ahead = (shift or txb) if cfg.prefetch else 0  # the next window's new slots
-    regs = (2 * txb + 1 + ahead) * per_thread
+    txb, regs = window_registers(p, cfg, cfg.block_r * cfg.block_ch)
     if regs > _MAX_REGS_PER_THREAD:
         return (f"a window of {txb} taps x block_r={cfg.block_r} x block_ch={cfg.block_ch} needs {regs:g} "
                 f"fp32 registers per thread with num_warps={cfg.num_warps} (more than {_MAX_REGS_PER_THREAD})")
