@@ -54,7 +54,7 @@ run_step() {
          --budget-s $((secs - 30)) ;;
     tune_grouped) [[ -f .devout/gd.csv && ! -f "$RES/gd.csv" ]] && cp .devout/gd.csv "$RES/gd.csv"
          step tune_grouped "$secs" python3 -m instance_factory tune .devout/grouped_only.yaml --db "$RES/gd.csv" \
-         --dtype "${GD_DTYPES:-bf16}" --pass "${GD_PASS:-weight}" --instances "${GR_ALGS:-bdrow,blockdiag}" \
+         --dtype "${GD_DTYPES:-bf16}" --pass "${GD_PASS:-weight}" --instances "${GR_ALGS:-bdrow,blockdiag}" ${GD_LAYOUT:+--layout "$GD_LAYOUT"} \
          --max-minutes $(((secs - 40) / 60)) --quiet --compile-workers 12 ;;
     ck_all) step ck_all "$secs" python3 tools/gpu_check.py --ck --ck-one-dtype --out "$RES" --tag all \
          --budget-s $((secs - 30)) ;;
