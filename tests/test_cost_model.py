@@ -11,6 +11,7 @@ from instance_factory.registry import get_registry
 from instance_factory.tuning import cost_model as C
 from instance_factory.tuning.database import read_db, registry_kernel_hashes, valid_rows
 from instance_factory.tuning.miss_eval import leave_one_out, summarize, summary_markdown
+from instance_factory.tuning.packed_tiles import blockdiag_dgrad_work
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the file with the most rows of the current kernels (the H200 file keeps 34 problems since session 9)
@@ -67,6 +68,24 @@ def test_bdrow_is_modelled_by_its_block_diagonal_tiles():
     # C = K = 24: two groups per 64-wide tile, 48 of 64 rows and columns used (C = 32: all of them)
     g24 = ConvParams(2, 32, 128, 24, 24, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
     assert C.model_ms("conv_bwd_weight", g24, "bf16", "bdrow", cfg) == pytest.approx(t32, rel=0.05)
+
+
+def test_blockdiag_dgrad_is_modelled_by_its_packed_groups():
+    """blockdiag / bdtap / bdroll pack GPT whole groups into one tile: G64 C4 and G32 C8 fill the same
+    tiles (256 channels either way), and the packed model is far below one group per tile (C = 4
+    padded to a 32-wide tile, the generic GEMM count)."""
+    cfg = {"block_m": 128, "block_n": 32, "num_warps": 4}
+
+    def p(G, ch):
+        return ConvParams(2, G, 64, ch, ch, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+
+    for alg, c in (("blockdiag", cfg), ("bdtap", {**cfg, "num_stages": 3}),
+                   ("bdroll", {"block_w": 128, "block_n": 32, "rows": 0, "num_warps": 4, "num_stages": 2})):
+        c4, c8 = (blockdiag_dgrad_work(p(G, ch), alg, c, 132)[0] for G, ch in ((64, 4), (32, 8)))
+        assert c4 == pytest.approx(c8, rel=0.01)
+    one_group = C.model_ms("conv_bwd_data", p(64, 4), "bf16", "igemm", {**cfg, "block_k": 32})
+    packed = C.model_ms("conv_bwd_data", p(64, 4), "bf16", "blockdiag", cfg)
+    assert packed < one_group
 
 
 def test_unaligned_groups_double_the_pointer_gemms(monkeypatch):
@@ -126,6 +145,29 @@ def test_leave_one_out_on_the_shipped_database_is_near_the_tuned_best(loo):
     assert overall["below_0.5"] <= 0.02 * overall["problems"], summary_markdown(loo)
     for op in ("conv_bwd_data", "conv_bwd_weight"):
         assert s[(op, "dense")]["geomean"] >= 0.8, summary_markdown(loo)
+
+
+def test_hiding_a_layer_hides_it_at_every_batch_size_and_dtype():
+    """``hide="layer"`` scores each problem as a layer nobody tuned: the rank sees no problem of the
+    same geometry (any N, dtype, layout); on the grouped dgrad rows the pick stays near the best."""
+    from instance_factory.tuning.miss_eval import layer_signature
+
+    rows = valid_rows(read_db(SHIPPED), kernel_hashes=registry_kernel_hashes(), ok_only=False)
+    rows = rows[(rows["op"] == "conv_bwd_data") & (rows["G"] > 1) & ((rows["C"] > 1) | (rows["K"] > 1))]
+    recs = rows.to_dict("records")
+    ev = C.Evidence.from_rows(recs)
+    t = next(q for q in ev.problems if q.params.N == 64 and q.dtype == "bf16")
+    same = {q.key for q in ev.problems if layer_signature(q.params) == layer_signature(t.params)}
+    assert len(same) >= 2  # the layer at another dtype or batch size is in the file
+    mine = rows[rows["problem_key"] == t.key]
+    cands = [(r.instance, r.algorithm, __import__("json").loads(r.instance_params)) for r in mine.itertuples()]
+    r = C.rank(t.op, t.params, t.layout, t.dtype, t.fused, cands, ev, exclude=same)
+    assert not same & {k for _, k in r.neighbors}
+    with pytest.raises(ValueError, match="hide='batch'"):
+        leave_one_out(recs, hide="batch")
+    res = leave_one_out(recs, hide="layer")
+    s = {(x["op"], x["class"]): x for x in summarize(res)}
+    assert s[("conv_bwd_data", "grouped")]["geomean"] >= 0.85, summary_markdown(res)
 
 
 def test_a_disturbed_timing_counts_with_its_p20():

@@ -3,6 +3,7 @@
     instance-factory db summary | instance-factory db show --problem 56x56
     instance-factory db prune --db tuning_db/nvidia-h100-80gb-hbm3.csv  # drop rows of changed kernels
     instance-factory db evaluate                                      # leave-one-out score of the miss policy
+    instance-factory db evaluate --hide layer                         # ... hiding each layer at every batch size
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--problem", help="only problem keys containing this text")
     p.add_argument("--best", action="store_true", help="show only the best row per problem")
     p.add_argument("--all", action="store_true", help="show rows of other devices/software and stale rows too")
+    p.add_argument("--hide", choices=["problem", "layer"], default="problem",
+                   help="evaluate: hide each problem's own rows (default), or every problem of its layer (any "
+                        "batch size, dtype, layout, fused op), as for a layer nobody tuned")
     p.set_defaults(func=run)
 
 
@@ -36,7 +40,7 @@ def run(ns: argparse.Namespace) -> int:
     if ns.action == "evaluate":
         from ..tuning.miss_eval import evaluate_databases
 
-        for table in evaluate_databases(ns.db, stale_rows=ns.all):
+        for table in evaluate_databases(ns.db, stale_rows=ns.all, hide=ns.hide):
             print(table)
         return 0
     if ns.db:

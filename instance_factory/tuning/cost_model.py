@@ -25,14 +25,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
-from ..kernels.grouped_blockdiag import tile_groups
-from ..kernels.grouped_rows import program_taps, row_split
+from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, blockdiag_dgrad_work
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
@@ -75,6 +74,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4, ("conv_bwd_data", "cfirst"): 1,
             ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
+
 
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 TAPS_IN_COLUMNS = ("two_stage", "padx")
@@ -196,7 +196,10 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
-    if ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
+    if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
+        padded, fill = blockdiag_dgrad_work(params, algorithm, cfg, sms)
+        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+    elif ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
         batch, m, n, k = gemm_shape(op, params, algorithm)
         bn = int(cfg["block_n"])
         if "block_h" in cfg:  # tma dgrad: block_h x block_w patches of each phase's (h, w) plane
@@ -246,7 +249,10 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         mem_s += 2 * act * _elem_bytes(dtype) / MEM_BW
         compute_s = params.flops() / PEAK_FLOPS.get(_compute_type(dtype), 350e12)
     elif op == "conv_bwd_weight" and algorithm == "bdrow" and "block_w" in cfg:
-        compute_s, mem_s = _bdrow_s(params, dtype, cfg, sms, mem_s)
+        padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
+        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+        if split > 1:  # fp32 partial slices written and read back once
+            mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
     else:
         compute_s = params.flops() / CUDA_CORE_FLOPS
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
@@ -257,28 +263,6 @@ def _unaligned_groups(params: Any) -> bool:
     integer arguments on divisibility by 16 only): the pointer GEMMs' channel loads fall to one
     element."""
     return params.G > 1 and any(v % 16 for v in (params.C, params.K, params.G * params.C, params.G * params.K))
-
-
-def _bdrow_s(params: Any, dtype: str, cfg: Mapping[str, Any], sms: int, mem_s: float) -> tuple[float, float]:
-    """bdrow's (compute, memory) seconds: its block-diagonal tensor-core tiles (GPT groups of K rows
-    x the program's taps of GPT groups of C columns, block_w positions of a row per step) with their
-    padding, over the programs its grid and automatic split fill; the split's fp32 partials."""
-    bw, warps = int(cfg["block_w"]), int(cfg.get("num_warps", 4))
-    gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
-    taps = math.prod(params.filter)
-    nt = max(1, program_taps(taps, bk, bn, warps, bw, _elem_bytes(dtype)))
-    do, ho, wo = params.spatial3("output")
-    steps = params.N * do * ho * _cdiv(wo, bw)
-    base = _cdiv(params.G, gpt) * _cdiv(taps, nt)
-    split = int(cfg.get("split", 0) or 0) or row_split(steps, base, sms)
-    split = max(1, min(split, steps))
-    programs = base * split
-    fill = programs / (_cdiv(programs, sms) * sms)
-    padded = 2.0 * _cdiv(params.G, gpt) * taps * bk * bn * steps * bw
-    compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
-    if split > 1:
-        mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
-    return compute_s, mem_s
 
 
 # ----------------------------------------------------------------------------------------------
@@ -437,14 +421,16 @@ class Ranking:
 
 def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
          candidates: Sequence[tuple[str, str, Mapping[str, Any]]], evidence: Evidence,
-         exclude: str | None = None) -> Ranking:
+         exclude: str | Collection[str] | None = None) -> Ranking:
     """Predicted time of each candidate ``(name, algorithm, cfg)`` on the problem, fastest first
-    (ties: candidate order). ``exclude``: a problem key whose evidence is ignored (leave-one-out)."""
+    (ties: candidate order). ``exclude``: a problem key, or a set of them, whose evidence is ignored
+    (leave-one-out)."""
     feats = features(op, params)
     cls = conv_class(params)
+    hidden = {exclude} if isinstance(exclude, str) else set(exclude or ())
     near: list[tuple[float, _Tuned]] = []
     for t in evidence.problems:
-        if t.op != op or t.key == exclude:
+        if t.op != op or t.key in hidden:
             continue
         d = _feature_distance(feats, t.feats) + (0.0 if conv_class(t.params) == cls else CLASS_PENALTY)
         d += DTYPE_PENALTY[_dtype_relation(dtype, t.dtype)]

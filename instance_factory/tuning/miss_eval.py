@@ -6,18 +6,23 @@ instances that were measured on it (using only the other problems), and the choi
 problem's measured times: ratio = best ms / chosen ms (1.0: the tuned best; a chosen instance that
 failed there scores 1 / FAILED_FACTOR). The previous policy (the winner of the nearest tuned problem
 by ``lookup.problem_distance``) is scored alongside. ``instance-factory db evaluate`` prints it.
+
+``hide="layer"`` hides more: every problem of the same layer (the same geometry at any batch size,
+dtype, layout or fused op), as for a layer of a network nobody tuned. Hiding only the problem lets
+the same layer at the other batch size or the sibling dtype vouch for it, which a held-out layer
+never has.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank
 
-__all__ = ["evaluate_databases", "leave_one_out", "summarize", "summary_markdown"]
+__all__ = ["HIDE_MODES", "evaluate_databases", "layer_signature", "leave_one_out", "summarize", "summary_markdown"]
 
 
 def _measured(r: Mapping[str, Any]) -> float | None:
@@ -51,12 +56,27 @@ def problem_distance(p: Any, q: Any) -> float:
     return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(_features(p), _features(q))))
 
 
-def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132) -> list[dict]:
-    """One result per problem with an ok row: key, op, class, dtype, chosen, ratio, baseline_ratio."""
+HIDE_MODES = ("problem", "layer")
+
+
+def layer_signature(p: Any) -> tuple:
+    """A problem's layer: its geometry without the batch size."""
+    return (p.ndim, p.G, p.K, p.C, tuple(p.filter), tuple(p.input), tuple(p.stride), tuple(p.dilation),
+            tuple(p.left_pad), tuple(p.right_pad))
+
+
+def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: str = "problem") -> list[dict]:
+    """One result per problem with an ok row: key, op, class, dtype, chosen, ratio, baseline_ratio.
+    ``hide``: "problem" (its own rows) or "layer" (every problem of its layer, see the module doc)."""
     from .database import split_problem_key
 
+    if hide not in HIDE_MODES:
+        raise ValueError(f"hide={hide!r}: choose one of {', '.join(HIDE_MODES)}")
     rows = list(rows)
     ev = Evidence.from_rows(rows, sms=sms)
+    layers: dict[tuple, set[str]] = {}
+    for q in ev.problems:
+        layers.setdefault(layer_signature(q.params), set()).add(q.key)
     by_key: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         by_key.setdefault(r["problem_key"], []).append(r)
@@ -65,9 +85,10 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132) -> list[
         group = by_key[t.key]
         times = {r["instance"]: _measured(r) for r in group}
         cands = [(r["instance"], r["algorithm"], r["instance_params"]) for r in group]
-        ranking = rank(t.op, t.params, t.layout, t.dtype, t.fused, _parsed(cands), ev, exclude=t.key)
+        hidden = layers[layer_signature(t.params)] if hide == "layer" else {t.key}
+        ranking = rank(t.op, t.params, t.layout, t.dtype, t.fused, _parsed(cands), ev, exclude=hidden)
         chosen = ranking.best.name
-        base = _baseline(t, ev, times, problem_distance)
+        base = _baseline(t, ev, times, problem_distance, hidden)
         op, layout, dtype, fused, _ = split_problem_key(t.key)
         out.append({"problem_key": t.key, "op": op, "class": conv_class(t.params), "dtype": dtype,
                     "best": t.winner, "best_ms": t.best_ms, "chosen": chosen,
@@ -85,9 +106,10 @@ def _ratio(best: float, chosen: float | None) -> float:
     return best / chosen if chosen else 1.0 / FAILED_FACTOR
 
 
-def _baseline(t: Any, ev: Evidence, times: Mapping[str, float | None], distance: Any) -> str | None:
-    """The old rule: the winner of the nearest other problem of the same kind that ran here."""
-    same = [q for q in ev.problems if q.key != t.key and (q.op, q.layout, q.dtype, q.fused) ==
+def _baseline(t: Any, ev: Evidence, times: Mapping[str, float | None], distance: Any,
+              hidden: Collection[str]) -> str | None:
+    """The old rule: the winner of the nearest other (not hidden) problem of the same kind that ran here."""
+    same = [q for q in ev.problems if q.key not in hidden and (q.op, q.layout, q.dtype, q.fused) ==
             (t.op, t.layout, t.dtype, t.fused)]
     same.sort(key=lambda q: (distance(t.params, q.params), q.key))
     for q in same:
@@ -128,10 +150,10 @@ def summary_markdown(results: Sequence[Mapping[str, Any]], title: str = "") -> s
     return "\n".join(x for x in lines if x) + "\n"
 
 
-def evaluate_databases(db: str | None = None, *, stale_rows: bool = False) -> Iterator[str]:
+def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide: str = "problem") -> Iterator[str]:
     """Leave-one-out score of the miss policy on each device's rows of ``db`` (default: every file of
     the system tier), one Markdown table per (file, device); rows of the current kernels (any
-    software) unless ``stale_rows``."""
+    software) unless ``stale_rows``; ``hide``: what is hidden per problem (:data:`HIDE_MODES`)."""
     from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
 
     paths = [db] if db else sorted(str(p) for p in system_db_dir().glob("*.csv"))
@@ -140,5 +162,6 @@ def evaluate_databases(db: str | None = None, *, stale_rows: bool = False) -> It
         df = read_db(path)
         df = valid_rows(df, kernel_hashes=hashes, ok_only=False) if not stale_rows else df
         for (device, sms), part in df.groupby(["device", "device_sms"]):
-            res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132)
-            yield summary_markdown(res, title=f"{path}: {device} ({len(res)} problems, each hidden in turn)")
+            res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132, hide=hide)
+            what = "each hidden in turn" if hide == "problem" else "each hidden with every problem of its layer"
+            yield summary_markdown(res, title=f"{path}: {device} ({len(res)} problems, {what})")

@@ -1,0 +1,59 @@
+"""Tensor-core work of the families that pack several whole groups into one block-diagonal tile
+(blockdiag, bdtap and bdroll dgrad; bdrow wgrad), for the cost model's roofline.
+
+The generic GEMM count puts one group in a tile and pads C to the tile: with C = 4 in a 32-wide tile
+that is 8x the tiles. These count the tiles the kernels launch: GPT groups side by side
+(``tile_groups``), each tap's K extent next_pow2(GPT*K). Each function returns the padded FLOPs and
+the fraction of the last wave the programs fill; the caller divides by its tensor-core rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..kernels.grouped_blockdiag import tile_groups
+from ..kernels.grouped_rows import program_taps, row_split
+
+__all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "blockdiag_dgrad_work"]
+
+#: bwd-data families on block-diagonal tiles of several whole groups
+BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _fill(programs: int, sms: int) -> float:
+    return programs / (_cdiv(programs, sms) * sms)
+
+
+def blockdiag_dgrad_work(params: Any, algorithm: str, cfg: Mapping[str, Any], sms: int) -> tuple[float, float]:
+    """(padded FLOPs, wave fill) of blockdiag / bdtap / bdroll dgrad: [positions x next_pow2(GPT*C)]
+    tiles per stride phase, a K extent of next_pow2(GPT*K) per tap hitting the phase. Memory stays
+    the fewest bytes: the dy loads of a tile's padded (g, k) columns are masked off."""
+    gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
+    phases = math.prod(params.stride)
+    positions = params.N * math.prod(params.input)
+    bm = int(cfg["block_w"] if algorithm == "bdroll" else cfg["block_m"])
+    tiles = phases * _cdiv(_cdiv(positions, phases), bm) * _cdiv(params.G, gpt)
+    return 2.0 * tiles * bm * bn * bk * max(1.0, math.prod(params.filter) / phases), _fill(tiles, sms)
+
+
+def bdrow_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int]:
+    """(padded FLOPs, wave fill, split) of bdrow wgrad: GPT groups of K rows x the program's taps of
+    GPT groups of C columns, block_w positions of a row per step, over the programs its grid and
+    automatic split fill."""
+    bw, warps = int(cfg["block_w"]), int(cfg.get("num_warps", 4))
+    gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
+    taps = math.prod(params.filter)
+    nt = max(1, program_taps(taps, bk, bn, warps, bw, elem_bytes))
+    do, ho, wo = params.spatial3("output")
+    steps = params.N * do * ho * _cdiv(wo, bw)
+    base = _cdiv(params.G, gpt) * _cdiv(taps, nt)
+    split = int(cfg.get("split", 0) or 0) or row_split(steps, base, sms)
+    split = max(1, min(split, steps))
+    padded = 2.0 * _cdiv(params.G, gpt) * taps * bk * bn * steps * bw
+    return padded, _fill(base * split, sms), split
