@@ -43,7 +43,7 @@ from .common import MAX_GRID_YZ, DirectStyleConfig, require_contiguous
 from .depthwise_stream import strides_by_vec
 from .host import INT32_LIMIT
 
-__all__ = ["ALGORITHM", "MAX_SLOTS", "DwRollConfig", "bind", "decline", "row_slots"]
+__all__ = ["ALGORITHM", "MAX_SLOTS", "DwRollConfig", "bind", "decline", "row_slots", "strip_rows_reason"]
 
 MAX_SLOTS = 8  # accumulator slots: taps of one H phase
 _MAX_REGS_PER_THREAD = 128  # fp32 slots + the loaded grad_out tile per thread: no spills
@@ -247,15 +247,22 @@ class DwRollConfig(DirectStyleConfig):
         reason = super().check()
         if reason:
             return reason
-        rows = self.rows
-        if not isinstance(rows, int) or isinstance(rows, bool) or not 0 <= rows <= 4096:
-            return f"rows={rows!r} must be 0 (the whole phase) or a row count from 1 to 4096"
+        reason = strip_rows_reason(self.rows)
+        if reason:
+            return reason
         un = self.unroll
         if not isinstance(un, int) or isinstance(un, bool) or not 0 <= un <= 8:
             return f"unroll={un!r} must be 0 (the slot count) or a factor from 1 to 8"
         if self.prefetch not in (0, 1):
             return f"prefetch={self.prefetch!r} must be 0 or 1"
         return None
+
+
+def strip_rows_reason(rows: object) -> str | None:
+    """Why ``rows`` (input rows of one H phase per program; 0: the whole phase) is not a valid strip."""
+    if not isinstance(rows, int) or isinstance(rows, bool) or not 0 <= rows <= 4096:
+        return f"rows={rows!r} must be 0 (the whole phase) or a row count from 1 to 4096"
+    return None
 
 
 def row_slots(fy: int, stride_h: int, dil_h: int) -> int | None:

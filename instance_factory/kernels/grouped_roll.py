@@ -33,7 +33,7 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import MAX_GRID_YZ, require_contiguous
-from .depthwise_roll import row_slots
+from .depthwise_roll import row_slots, strip_rows_reason
 from .grouped_blockdiag import (
     _DATA_DTYPES,
     _BlockdiagTile,
@@ -231,9 +231,9 @@ class BdrollDataConfig(_BlockdiagTile):
         reason = super().check()
         if reason:
             return reason
-        rows = self.rows
-        if not isinstance(rows, int) or isinstance(rows, bool) or not 0 <= rows <= 4096:
-            return f"rows={rows!r} must be 0 (the whole phase) or a row count from 1 to 4096"
+        reason = strip_rows_reason(self.rows)
+        if reason:
+            return reason
         if self.block_w > MAX_BLOCK_W:
             return (f"block_w={self.block_w} is over {MAX_BLOCK_W}: with the weight tiles held in registers, "
                     f"Triton 3.6 fails to compile wider tiles for sm_90 (H100: 'PassManager::run failed')")
