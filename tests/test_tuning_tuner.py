@@ -368,6 +368,30 @@ def test_pruning_skips_the_do_bench_of_slow_candidates_and_pruned_rows_never_win
     assert r["instance"] == late.name and r["status"] == "pruned" and "best so far 1.5 ms" in r["reason"]
 
 
+def test_a_disturbed_single_run_is_rechecked_before_a_prune(tiers, monkeypatch):
+    """A single run over the prune cap gets a second run, and the faster one decides: a host stall in
+    one sample no longer prunes a fast kernel (H100: a cfirst config stored at 28x its neighbour)."""
+    pr = Problem("conv_bwd_weight", P, LAYOUT, "fp16", name="tiny")
+    fast, stalled, slow = _simulate_gpu(monkeypatch, pr)[:3]
+    single = {fast.name: [1.0], stalled.name: [40.0, 1.1], slow.name: [9.0, 8.0]}
+    seen = []
+
+    def fake_single(fn, case, inst, stage):
+        fn()
+        seen.append((inst.name, stage))
+        if stage == "warm-up":
+            return 1.0
+        return single[inst.name][sum(1 for n, s in seen if n == inst.name and s != "warm-up") - 1]
+
+    monkeypatch.setattr(TM, "single_run_ms", fake_single)
+    monkeypatch.setattr(TM, "time_gpu", lambda fn, warmup_ms, rep_ms: TM.Timing(2.0, 2.0, 2.0, 10, "do_bench (simulated)"))
+    res = T.tune(pr, instances=[fast.name, stalled.name, slow.name], progress=False, cudnn=False)
+    rows = {r["instance"]: r for r in res}
+    assert rows[stalled.name]["status"] == "ok" and rows[slow.name]["status"] == "pruned"
+    assert "single run 8 ms" in rows[slow.name]["reason"]  # the faster of its two runs
+    assert (fast.name, "recheck") not in seen and (stalled.name, "recheck") in seen
+
+
 def test_single_run_is_timed_after_an_untimed_public_call(tiers, monkeypatch):
     """The pruning run times a public op call whose plan is already built: on the H100 the first
     call's host work (~1 ms) outlasted the busy wait, every small-layer candidate after the first

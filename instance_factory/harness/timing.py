@@ -134,8 +134,8 @@ BUSY_CYCLES = 2_000_000
 
 def single_run_ms(fn: Callable[[], Any], device: torch.device, inst: Any, stage: str) -> float:
     """Milliseconds of one run of ``fn`` (``stage``: "warm-up" = the verification run, "single" = one
-    public op call; ``inst``: the instance, for tests that replace this): CUDA events on a GPU,
-    perf_counter otherwise."""
+    public op call, "recheck" = a second one before a prune; ``inst``: the instance, for tests that
+    replace this): CUDA events on a GPU, perf_counter otherwise."""
     if device.type != "cuda":
         t0 = time.perf_counter()
         fn()

@@ -260,6 +260,10 @@ class _ProblemRun:
             keep = []
             for inst in verified:
                 ms = self.single[inst.name]
+                if ms > cap:  # one run may have caught a host stall: judge by the faster of two
+                    ms = self.recheck(inst, ms)
+                    if ms is None:
+                        continue
                 if ms > cap:
                     self.pruned_ms[inst.name] = ms
                     self.rows[inst.name].update(
@@ -271,6 +275,21 @@ class _ProblemRun:
                     keep.append(inst)
             verified = keep
         return sorted(verified, key=lambda i: self.single[i.name])
+
+    def recheck(self, inst: Any, ms: float) -> float | None:
+        """The faster of ``ms`` and a second single run of a candidate about to be pruned (None when
+        the second run raised: the candidate got its final row). A single run is one sample: on the
+        H100 a stall once left a cfirst config at 0.73 ms whose neighbour with one more pipeline stage
+        ran 0.026 ms, and the prune kept that row."""
+        try:
+            call = op_call(self.case, inst)
+            call()  # untimed, as before the first single run: no plan building inside the timed run
+            again = timing.single_run_ms(call, self.case.device, inst, "recheck")
+        except Exception as exc:
+            self._final(inst, exc, while_="timing")
+            return None
+        self.single[inst.name] = min(ms, again)
+        return self.single[inst.name]
 
     def bench(self, verified: list[Any]) -> dict[str, timing.Timing]:
         """Time every verified candidate (briefly on a GPU), then the ``refine_top`` fastest at length."""
