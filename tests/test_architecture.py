@@ -181,6 +181,14 @@ def test_run_time_lookup_never_loads_the_tuner():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE_DIR.parent)
 
 
+def test_importing_the_package_does_not_load_triton():
+    """The CLI picks the Triton interpreter on a machine without a GPU before triton is first imported
+    (cli.backend); a package import that loads triton (lookup once imported relayout to register the
+    twin resolver) makes every kernel a GPU kernel there and the quickstart fails on the CPU."""
+    code = "import sys, instance_factory; assert 'triton' not in sys.modules, 'the package import loaded triton'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE_DIR.parent)
+
+
 def test_argparse_lives_only_in_the_cli_package():
     # one place for the command line: the layers below expose typed functions, never parsers
     users = sorted(m for m, p in MODULES.items() if not m.startswith(f"{PACKAGE}.cli")

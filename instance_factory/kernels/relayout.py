@@ -34,6 +34,7 @@ from ..problem import ConvParams
 from . import import_kernel_modules
 from .layout_copy import KERNELS as COPY_KERNELS
 from .layout_copy import transpose_copier
+from .twin import set_twin_resolver, twin_resolver
 
 __all__ = ["CHANNELS_FIRST_ONLY", "RelayoutConfig", "bind", "decline", "set_twin_resolver",
            "twin_layout"]
@@ -71,15 +72,6 @@ def decline(cfg: RelayoutConfig, params: ConvParams, layout: LayoutTriple, dtype
     return None
 
 
-# The run-time layer (tuning.lookup) sets how the twin's instance is chosen: kernels sit below it.
-_TWIN_RESOLVER: list = []
-
-
-def set_twin_resolver(resolve) -> None:
-    """``resolve(op, params, layout=, dtype=, fused_op=, device=)`` -> the twin problem's Instance."""
-    _TWIN_RESOLVER[:] = [resolve]
-
-
 Copy = Callable[[torch.Tensor, torch.Tensor], None]
 
 
@@ -99,7 +91,8 @@ def bind(args: RunArgs, op: str) -> Runner:
     """Choose the twin problem's instance once and bind it to twin-shaped tensors; the runner copies
     the channels-first operands to channels-last on every call, runs it, and copies the result back
     where its layouts differ."""
-    if not _TWIN_RESOLVER:
+    resolve = twin_resolver()  # the run-time layer (tuning.lookup) sets it: kernels sit below it
+    if resolve is None:
         raise RuntimeError("relayout needs instance_factory.tuning.lookup imported (it chooses the channels-last "
                            "twin's instance)")
     p, lt, dt = args.params, args.layout, args.dtype
@@ -107,7 +100,7 @@ def bind(args: RunArgs, op: str) -> Runner:
     if why is not None:
         raise ValueError(f"{op} relayout instance cannot run {p.key()}: {why}")
     twin = twin_layout(lt)
-    inst = _TWIN_RESOLVER[0](op, p, layout=twin, dtype=dt, fused_op=args.fused.name, device=args.a.device)
+    inst = resolve(op, p, layout=twin, dtype=dt, fused_op=args.fused.name, device=args.a.device)
     copy_a, copy_b, copy_out = (_copiers(t, p, lt, twin) for t in ROLES[op])
     shape_a, shape_b, shape_out = (twin.shape(t, p) for t in ROLES[op])
 

@@ -395,10 +395,11 @@ def _build_index(dev: Any) -> _Index:
 
 def _register_relayout_resolver() -> None:
     """``relayout`` (kernels layer, both passes) serves channels-first problems with the instance this
-    module chooses for their channels-last twin."""
-    from ..kernels import relayout
+    module chooses for their channels-last twin. Through ``kernels.twin``, which imports nothing:
+    importing lookup (the package does) must not load triton before the CLI picks the backend."""
+    from ..kernels import twin
 
-    relayout.set_twin_resolver(lookup)
+    twin.set_twin_resolver(lookup)
 
 
 _register_relayout_resolver()
