@@ -19,7 +19,6 @@ Grid = (row strips: (n, H phase, strip), column tiles x W phases, group tiles).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -240,16 +239,16 @@ class BdrollDataConfig(_BlockdiagTile):
         return check_num_stages(self.num_stages)
 
 
-def _plan(p: ConvParams, cfg: BdrollDataConfig) -> tuple[int | None, int, int, int, int, int]:
+def _plan(p: ConvParams, cfg: BdrollDataConfig) -> tuple[int | None, int, int, int, int, int, int]:
     """(H taps per phase TY (None: the dilation does not divide the stride), W taps per phase TX,
-    H phases, W phases, row strips per phase, column tiles) of a 1D/2D problem."""
+    H phases, W phases, rows per strip, row strips per phase, column tiles) of a 1D/2D problem."""
     in3, s3, d3, f3 = (p.spatial3(name) for name in ("input", "stride", "dilation", "filter"))
     slots = row_slots(f3[1], s3[1], d3[1])
     taps_w = triton.cdiv(f3[2], tap_step(s3[2], d3[2]))
     nr_h, nr_w = min(s3[1], in3[1]), min(s3[2], in3[2])
     phase_rows = triton.cdiv(in3[1], s3[1])
     rows = int(cfg.rows) or phase_rows
-    return (slots, taps_w, nr_h, nr_w, triton.cdiv(phase_rows, rows),
+    return (slots, taps_w, nr_h, nr_w, rows, triton.cdiv(phase_rows, rows),
             triton.cdiv(triton.cdiv(in3[2], s3[2]), cfg.block_w))
 
 
@@ -263,8 +262,7 @@ def bind_bwd_data(args: RunArgs) -> Runner:
     geo, cfg, p = args.geo, args.cfg, args.params
     require_contiguous(args, "bdroll", "conv_bwd_data")
     gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
-    slots, taps_w, nr_h, nr_w, strips, col_tiles = _plan(p, cfg)
-    rows = int(cfg.rows) or triton.cdiv(geo.in3[1], geo.stride3[1])
+    slots, taps_w, nr_h, nr_w, rows, strips, col_tiles = _plan(p, cfg)
     upcast, precision = _precision(args)
     align = geo.channel_alignment()
     strip_programs = geo.N * nr_h * strips
@@ -302,14 +300,14 @@ def decline_bwd_data(cfg: BdrollDataConfig, p: ConvParams, layout: LayoutTriple,
                 "through blockdiag / bdtap or relayout")
     if p.ndim == 3:
         return "bdroll walks the rows of 1D/2D problems; a 3D one is bdtap's or blockdiag's"
-    slots, taps_w, nr_h, nr_w, strips, col_tiles = _plan(p, cfg)
+    slots, taps_w, nr_h, nr_w, _, _, col_tiles = _plan(p, cfg)
     if slots is None:
         return (f"dilation {p.spatial3('dilation')[1]} along H does not divide the stride "
                 f"{p.spatial3('stride')[1]}: a phase's taps would not read consecutive grad_out rows")
     if slots > MAX_TAPS or taps_w > MAX_TAPS:
         return (f"a stride phase holds {slots} x {taps_w} filter taps along H x W: bdroll keeps at most "
                 f"{MAX_TAPS} x {MAX_TAPS} weight tiles")
-    gpt, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
+    _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
     regs = _registers(slots, taps_w, cfg, bn, bk, dtype.data.itemsize)
     if regs > _MAX_REGS_PER_THREAD:
         return (f"{slots} accumulator tiles of block_w={cfg.block_w} x {bn} and {slots * taps_w} weight tiles of "
@@ -317,8 +315,6 @@ def decline_bwd_data(cfg: BdrollDataConfig, p: ConvParams, layout: LayoutTriple,
                 f"{_MAX_REGS_PER_THREAD}")
     if col_tiles * nr_w > MAX_GRID_YZ:
         return f"{col_tiles * nr_w} column tiles x W phases exceed the grid's {MAX_GRID_YZ}"
-    if math.ceil(p.G / gpt) > MAX_GRID_YZ:
-        return f"G={p.G} needs more than {MAX_GRID_YZ} group tiles of {gpt}"
     return None
 
 

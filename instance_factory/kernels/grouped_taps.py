@@ -28,16 +28,15 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .common import MAX_GRID_YZ, num_phases, require_contiguous
+from .common import num_phases, require_contiguous
 from .grouped_blockdiag import (
-    _DATA_DTYPES,
     BlockdiagDataConfig,
     _channels_ok,
-    _decline_common,
     _packed,
     _precision,
     tile_groups,
 )
+from .grouped_blockdiag import decline_bwd_data as blockdiag_decline_bwd_data
 from .host import INT32_LIMIT, PIPELINE_SMEM_BUDGET, check_num_stages, pipeline_stages
 
 __all__ = ["ALGORITHM_BWD_DATA", "BdtapDataConfig", "tap_step"]
@@ -217,12 +216,9 @@ class BdtapDataConfig(BlockdiagDataConfig):
 
 def decline_bwd_data(cfg: BdtapDataConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
                      fused: FusedOp) -> str | None:
-    reason = _decline_common(cfg, p, dtype, _DATA_DTYPES, "conv_bwd_data")
+    reason = blockdiag_decline_bwd_data(cfg, p, layout, dtype, fused)  # same tiles, grid and messages
     if reason:
         return reason
-    phases = num_phases(p.input, p.stride)
-    if phases > MAX_GRID_YZ:
-        return f"{phases} stride phases exceed the grid's {MAX_GRID_YZ}"
     _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
     need = _stage_bytes(cfg.block_m, bn, bk, dtype.data.itemsize)
     if need > PIPELINE_SMEM_BUDGET:

@@ -34,10 +34,9 @@ from ..problem import ConvParams
 from . import import_kernel_modules
 from .layout_copy import KERNELS as COPY_KERNELS
 from .layout_copy import transpose_copier
-from .twin import set_twin_resolver, twin_resolver
+from .twin import twin_resolver
 
-__all__ = ["CHANNELS_FIRST_ONLY", "RelayoutConfig", "bind", "decline", "set_twin_resolver",
-           "twin_layout"]
+__all__ = ["CHANNELS_FIRST_ONLY", "RelayoutConfig", "bind", "decline", "twin_layout"]
 
 _INNER = ("lookup",)
 # per pass: the tensors a (first operand), b (second operand) and the result (and its Ds) are

@@ -75,7 +75,6 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
-
 #: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 TAPS_IN_COLUMNS = ("two_stage", "padx")
 

@@ -74,8 +74,8 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
         raise ValueError(f"hide={hide!r}: choose one of {', '.join(HIDE_MODES)}")
     rows = list(rows)
     ev = Evidence.from_rows(rows, sms=sms)
-    layers: dict[tuple, set[str]] = {}
-    for q in ev.problems:
+    layers: dict[tuple, set[str]] = {}  # layer -> its problem keys (hide="layer" only)
+    for q in ev.problems if hide == "layer" else ():
         layers.setdefault(layer_signature(q.params), set()).add(q.key)
     by_key: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:

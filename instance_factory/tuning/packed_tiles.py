@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import triton
+
 from ..kernels.grouped_blockdiag import tile_groups
 from ..kernels.grouped_rows import program_taps, row_split
 
@@ -22,12 +24,8 @@ __all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "blockdiag_dgrad_work"]
 BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _fill(programs: int, sms: int) -> float:
-    return programs / (_cdiv(programs, sms) * sms)
+    return programs / (triton.cdiv(programs, sms) * sms)
 
 
 def blockdiag_dgrad_work(params: Any, algorithm: str, cfg: Mapping[str, Any], sms: int) -> tuple[float, float]:
@@ -38,7 +36,7 @@ def blockdiag_dgrad_work(params: Any, algorithm: str, cfg: Mapping[str, Any], sm
     phases = math.prod(params.stride)
     positions = params.N * math.prod(params.input)
     bm = int(cfg["block_w"] if algorithm == "bdroll" else cfg["block_m"])
-    tiles = phases * _cdiv(_cdiv(positions, phases), bm) * _cdiv(params.G, gpt)
+    tiles = phases * triton.cdiv(triton.cdiv(positions, phases), bm) * triton.cdiv(params.G, gpt)
     return 2.0 * tiles * bm * bn * bk * max(1.0, math.prod(params.filter) / phases), _fill(tiles, sms)
 
 
@@ -51,9 +49,9 @@ def bdrow_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     taps = math.prod(params.filter)
     nt = max(1, program_taps(taps, bk, bn, warps, bw, elem_bytes))
     do, ho, wo = params.spatial3("output")
-    steps = params.N * do * ho * _cdiv(wo, bw)
-    base = _cdiv(params.G, gpt) * _cdiv(taps, nt)
+    steps = params.N * do * ho * triton.cdiv(wo, bw)
+    base = triton.cdiv(params.G, gpt) * triton.cdiv(taps, nt)
     split = int(cfg.get("split", 0) or 0) or row_split(steps, base, sms)
     split = max(1, min(split, steps))
-    padded = 2.0 * _cdiv(params.G, gpt) * taps * bk * bn * steps * bw
+    padded = 2.0 * triton.cdiv(params.G, gpt) * taps * bk * bn * steps * bw
     return padded, _fill(base * split, sms), split
