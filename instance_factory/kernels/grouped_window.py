@@ -1,0 +1,347 @@
+"""Grouped wgrad with few channels per group on tensor cores, a window of input rows in registers ("bdwin").
+
+bdrow's block-diagonal tiles (GPT whole groups per program, only the diagonal blocks kept), walked so
+that every input element is fetched once per filter column instead of once per tap. A program owns
+GPT groups and one depth tap tz, and walks units (n, od, block of BLOCK_W output columns); within a
+unit it steps down the output rows oh. Per row it holds the input rows of all FY filter rows as a
+window of register tiles x_ty = x[ih(oh, ty), iw(ow, tx), (g, c)] with the FX column taps stacked in
+the tile's rows, and one grad_out tile dy[oh, ow, (g, k)]:
+
+    dw[ty][(tx, g, c), (g, k)] += x_ty[(tx, g, c), ow] @ dy[ow, (g, k)]      for ty in 0 .. FY-1
+
+Moving to the next output row, the window moves by SHIFT = s_h / dil_h filter rows: with stride 1
+two of three 3x3 rows are already in registers and only one new input row is loaded (stride 2: one
+of three is reused). bdrow (one step per output row, the taps spread over programs) loads every
+input element once per tap (9x for 3x3) and grad_out once per tap block; on the H100 it was bound by
+those loads' per-element address and mask instructions (session 22, docs/BENCHMARKS.md).
+
+The x tile is the MMA's A operand (M = FX' * GPT*C taps x channels rows, so wgmma's M >= 64 for
+3-wide filters), grad_out the B operand (N = GPT*K, 16 and more). The column masks and pointers of a
+unit are loop invariants; a row costs one scalar offset and its in-range test. The reduction (units)
+is split in chunks with fp32 partials and the deterministic reduce the direct-style kernels share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .common import (
+    MAX_GRID_YZ,
+    WEIGHT_DTYPES,
+    _dw_finalize_kernel,
+    finalize_launcher,
+    occupancy_split,
+    require_contiguous,
+    split_chunks,
+    split_runner,
+)
+from .grouped_blockdiag import _BlockdiagTile, _channels_ok, _decline_common, _packed, _precision, tile_groups
+from .host import INT32_LIMIT, sm_count
+
+__all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "register_bytes", "window_shift"]
+
+MAX_FILTER_ROWS = 3  # the window's register tiles are named variables (x0, x1, x2)
+_REGISTER_BUDGET = 160 * 4  # bytes per thread for the window, the grad_out tile and the accumulators
+
+
+def window_shift(stride_h: int, dil_h: int, rows: int) -> int:
+    """Filter rows the window moves per output row: row(oh + 1, ty) == row(oh, ty + s / dil) when the
+    dilation divides the stride; ``rows`` (nothing reused) otherwise."""
+    return min(stride_h // dil_h, rows) if stride_h % dil_h == 0 else rows
+
+
+def register_bytes(rows: int, fxp: int, bn: int, bk: int, block_w: int, elem_bytes: int) -> int:
+    """Bytes of one program's live tiles: ``rows`` fp32 accumulators [fxp*bn, bk], ``rows`` window
+    tiles [fxp*bn, block_w] and one grad_out tile [block_w, bk]."""
+    return rows * fxp * bn * (bk * 4 + block_w * elem_bytes) + block_w * bk * elem_bytes
+
+
+@triton.jit
+def _x_row(x_unit, x_mask, oh, ty, s_h, pad_h, dil_h, h_lim, xs_h, wl):
+    """The window tile of filter row ty at output row oh: zeros where the input row is padding
+    (h_lim: Hi, or 0 where the unit's input plane is)."""
+    ih = oh * s_h - pad_h + ty * dil_h
+    # the row test as a vector (a scalar-bool & tensor-bool mask mistypes in the interpreter)
+    row_ok = ((wl * 0 + ih) >= 0) & ((wl * 0 + ih) < h_lim)
+    return tl.load(x_unit + ih * xs_h, mask=x_mask & row_ok[None, :], other=0.0, cache_modifier=".ca")
+
+
+@triton.jit
+def _store_row(acc, ty, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+               out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+               K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FXP: tl.constexpr, FINAL: tl.constexpr,
+               OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
+    """The diagonal blocks (row group == column group) of filter row ty's accumulator [(tx, g, c), (g, k)]."""
+    jb = tl.arange(0, FXP * BLOCK_N)
+    tx = jb // BLOCK_N
+    jn = jb % BLOCK_N
+    jk = tl.arange(0, BLOCK_K)
+    rows_ok = _channels_ok(jn, g0, G, C, GPT) & (tx < FX)
+    keep = rows_ok[:, None] & _channels_ok(jk, g0, G, K, GPT)[None, :] & ((jn // C)[:, None] == (jk // K)[None, :])
+    g = g0 + jk // K
+    k = jk % K
+    c = jn % C
+    if FINAL:
+        offs = (c * ws_c + tz * ws_z + ty * ws_y + tx * ws_x)[:, None] + (g * ws_g + k * ws_k)[None, :]
+        acc = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
+        tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=keep)
+    else:  # fp32 partials [split, taps, G*K*C], the layout of the shared reduce
+        GKC = G * (K * C)
+        t = (tz * FY + ty) * FX + tx
+        offs = (sid * (TAPS * GKC) + t * GKC + c)[:, None] + (g * (K * C) + k * C)[None, :]
+        tl.store(ws_ptr + offs, acc, mask=keep)
+
+
+@triton.jit
+def _bdwin_wgrad_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    G, UNITS, chunk,  # groups, units N*Do*WB, units per split chunk
+    WB, Do, Ho, Wo, Di, Hi, Wi,  # WB: column blocks per output row
+    FY, FX, TAPS,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
+    xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
+    ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides (all but the channel ones divided by ALIGN)
+    K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
+    ALIGN: tl.constexpr,  # ConvGeometry.channel_alignment: multiplied back below so loads vectorize
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    FXP: tl.constexpr,  # next_pow2(FX): column taps stacked in the x tile's rows
+    ROWS: tl.constexpr, SHIFT: tl.constexpr,  # filter rows (the window) and its move per output row
+    PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
+    FINAL: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_g = tl.program_id(0)
+    tz = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    xs_g, xs_n, xs_d, xs_h, xs_w = xs_g * ALIGN, xs_n * ALIGN, xs_d * ALIGN, xs_h * ALIGN, xs_w * ALIGN
+    ws_g, ws_k, ws_z, ws_y, ws_x = ws_g * ALIGN, ws_k * ALIGN, ws_z * ALIGN, ws_y * ALIGN, ws_x * ALIGN
+    ys_g, ys_n, ys_d, ys_h, ys_w = ys_g * ALIGN, ys_n * ALIGN, ys_d * ALIGN, ys_h * ALIGN, ys_w * ALIGN
+    if USE_INT64:  # the row offsets oh * stride come from an int32 loop counter
+        xs_h = xs_h.to(tl.int64)
+        ys_h = ys_h.to(tl.int64)
+    g0 = pid_g * GPT
+
+    # ---- x tile rows: (tx, g, c), the column taps stacked; columns: BLOCK_W output positions --------
+    jb = tl.arange(0, FXP * BLOCK_N)
+    tx = jb // BLOCK_N
+    jn = jb % BLOCK_N
+    x_rows_ok = _channels_ok(jn, g0, G, C, GPT) & (tx < FX)
+    if PACKED_X:
+        x_ch = g0 * C + jn
+    else:
+        x_ch = (g0 + jn // C) * xs_g + (jn % C) * xs_c
+    tx_in = tx * dil_w
+    # ---- grad_out tile columns: (g, k) ---------------------------------------------------------
+    jk = tl.arange(0, BLOCK_K)
+    k_ok = _channels_ok(jk, g0, G, K, GPT)
+    if PACKED_Y:
+        y_col = g0 * K + jk
+    else:
+        y_col = (g0 + jk // K) * ys_g + (jk % K) * ys_k
+    wl = tl.arange(0, BLOCK_W)
+    x_tile = (tx_in * xs_w + x_ch)[:, None] + (wl * (s_w * xs_w))[None, :]
+    y_tile = (wl * ys_w)[:, None] + y_col[None, :]
+    iw_tile = tx_in[:, None] + (wl * s_w)[None, :]  # input column minus the unit's first one
+    if USE_INT64:
+        x_tile = x_tile.to(tl.int64)
+        y_tile = y_tile.to(tl.int64)
+
+    sid = pid_s
+    if USE_INT64:
+        sid = sid.to(tl.int64)
+    u_start = sid * chunk
+    u_end = tl.minimum(u_start + chunk, UNITS)
+
+    acc0 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc1 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc2 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
+    x0 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    x1 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    x2 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    for u in range(u_start, u_end):
+        wb = u % WB
+        r = u // WB
+        od = r % Do
+        n = r // Do
+        w0 = wb * BLOCK_W
+        pm = wl < Wo - w0
+        b_w = w0 * s_w - pad_w
+        x_mask = x_rows_ok[:, None] & pm[None, :] & (iw_tile >= -b_w) & (iw_tile < Wi - b_w)
+        y_mask = pm[:, None] & k_ok[None, :]
+        i_d = od * s_d - pad_d + tz * dil_d
+        h_lim = tl.where((i_d >= 0) & (i_d < Di), Hi, 0)
+        x_unit = x_ptr + (n * xs_n + i_d * xs_d + b_w * xs_w) + x_tile
+        y_unit = dy_ptr + (n * ys_n + od * ys_d + w0 * ys_w) + y_tile
+        # the window as the step before output row 0 leaves it (rows it will reuse)
+        if ROWS == 3:
+            if SHIFT == 1:
+                x1 = _x_row(x_unit, x_mask, -1, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                x2 = _x_row(x_unit, x_mask, -1, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+            elif SHIFT == 2:
+                x2 = _x_row(x_unit, x_mask, -1, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+        elif ROWS == 2:
+            if SHIFT == 1:
+                x1 = _x_row(x_unit, x_mask, -1, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+        for oh in range(0, Ho):
+            b = tl.load(y_unit + oh * ys_h, mask=y_mask, other=0.0)
+            if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+                b = b.to(tl.float32)
+            # move the window: reuse the rows the last output row already holds, load the rest
+            if ROWS == 1:
+                x0 = _x_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+            elif ROWS == 2:
+                if SHIFT == 1:
+                    x0 = x1
+                else:
+                    x0 = _x_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                x1 = _x_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+            else:
+                if SHIFT == 1:
+                    x0 = x1
+                    x1 = x2
+                elif SHIFT == 2:
+                    x0 = x2
+                    x1 = _x_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                else:
+                    x0 = _x_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                    x1 = _x_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                x2 = _x_row(x_unit, x_mask, oh, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+            if UPCAST:
+                acc0 = tl.dot(x0.to(tl.float32), b, acc0, input_precision=PRECISION)
+            else:
+                acc0 = tl.dot(x0, b, acc0, input_precision=PRECISION)
+            if ROWS > 1:
+                if UPCAST:
+                    acc1 = tl.dot(x1.to(tl.float32), b, acc1, input_precision=PRECISION)
+                else:
+                    acc1 = tl.dot(x1, b, acc1, input_precision=PRECISION)
+            if ROWS > 2:
+                if UPCAST:
+                    acc2 = tl.dot(x2.to(tl.float32), b, acc2, input_precision=PRECISION)
+                else:
+                    acc2 = tl.dot(x2, b, acc2, input_precision=PRECISION)
+
+    _store_row(acc0, 0, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+               out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+               K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, OP, NUM_DS, USER_FN)
+    if ROWS > 1:
+        _store_row(acc1, 1, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+                   out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, OP, NUM_DS, USER_FN)
+    if ROWS > 2:
+        _store_row(acc2, 2, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+                   out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, OP, NUM_DS, USER_FN)
+
+
+def unit_split(units: int, base_programs: int, sms: int) -> int:
+    """Reduction chunks: ~8 programs per SM, at most one per unit (a unit is a column of Ho rows)."""
+    return occupancy_split(base_programs, sms, 8, units)
+
+
+def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
+    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once
+    (``force_int64``: 64-bit offsets even where 32 bits hold them, for tests)."""
+    geo, cfg = args.geo, args.cfg
+    require_contiguous(args, "bdwin")
+    block_w, num_warps, split = int(cfg.block_w), int(cfg.num_warps), int(cfg.split)
+    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
+    fz, fy, fx = geo.filt3
+    assert fy <= MAX_FILTER_ROWS, f"declined: {fy} filter rows"
+    gblocks = triton.cdiv(geo.G, gpt)
+    do, ho, wo = geo.out3
+    wb = triton.cdiv(wo, block_w)
+    units = geo.N * do * wb
+    if split <= 0:
+        split = unit_split(units, gblocks * fz, sm_count(args.out.device))
+    split, chunk = split_chunks(split, units)
+    gkc = geo.G * geo.K * geo.C
+    total = geo.taps * gkc
+    use_int64 = (force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT
+                 or units + chunk >= INT32_LIMIT)
+    final = split == 1
+    upcast, precision = _precision(args)
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    align = geo.channel_alignment()
+    main = BoundKernel(
+        _bdwin_wgrad_kernel, (gblocks, fz, split),
+        K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
+        FXP=triton.next_power_of_2(fx), ROWS=fy, SHIFT=window_shift(geo.stride3[1], geo.dil3[1], fy),
+        PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
+        FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
+        num_warps=num_warps, num_stages=int(cfg.num_stages), **epi,
+    )
+    sizes = (geo.G, units, chunk, wb, do, ho, wo, *geo.in3, fy, fx, geo.taps,
+             *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align))
+    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
+    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, fy, fx, *geo.w_strides)
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
+
+
+@dataclass(frozen=True)
+class BdwinWeightConfig(_BlockdiagTile):
+    """bdwin wgrad: block_w output columns per unit x block_n channels per column tap, the units'
+    output rows walked with a window of filter-row input tiles in registers, ``num_stages`` for
+    Triton's pipeliner, the units split in ``split`` chunks (0: automatic, :func:`unit_split`)."""
+
+    ALGORITHM: ClassVar[str] = "bdwin"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_n")
+
+    block_w: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    split: int
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason is None and self.num_stages not in (1, 2, 3):
+            return f"num_stages={self.num_stages!r} is not one of (1, 2, 3)"
+        return reason
+
+
+def decline(cfg: BdwinWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """blockdiag's declines, depthwise (dwslide's), filters taller than the window, and tiles whose
+    window, grad_out tile and accumulators overflow the register budget."""
+    if p.C == 1 and p.K == 1:
+        return "depthwise (C = K = 1 per group) is dwslide's and dwstream's: bdwin's tiles would be 1/16 useful"
+    reason = _decline_common(cfg, p, dtype, WEIGHT_DTYPES, "conv_bwd_weight")
+    if reason:
+        return reason
+    fz, fy, fx = (1,) * (3 - p.ndim) + tuple(p.filter)
+    if fy > MAX_FILTER_ROWS:
+        return (f"the filter has {fy} rows: bdwin's window holds at most {MAX_FILTER_ROWS} "
+                "(bdrow walks taller filters)")
+    if fz > MAX_GRID_YZ:
+        return f"the filter has {fz} depth taps: more than the grid's {MAX_GRID_YZ}"
+    _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
+    need = register_bytes(fy, triton.next_power_of_2(fx), bn, bk, cfg.block_w, dtype.data.itemsize)
+    budget = _REGISTER_BUDGET * 32 * cfg.num_warps
+    if need > budget:
+        return (f"{fy} filter rows of {fx} taps x {bn} channels x block_w={cfg.block_w} need {need // 1024} KiB of "
+                f"registers, over {budget // 1024} KiB for {cfg.num_warps} warps")
+    return None
+
+
+ALGORITHM_BWD_WEIGHT = register_algorithm(Algorithm(
+    op="conv_bwd_weight", name="bdwin", config=BdwinWeightConfig, decline=decline,
+    bind=bind_bwd_weight,
+    description="grouped wgrad with few channels per group on tensor cores: blockdiag's tiles, the "
+                "output rows walked with the filter rows' input tiles held in registers (each input "
+                "element loaded once per filter column), split reduction",
+    kernels=(_bdwin_wgrad_kernel, _dw_finalize_kernel),
+))
