@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 DEV = "cpu" if interpreting() else "cuda"
 OP = "conv_bwd_weight"
 ALG = ALGORITHMS[(OP, "bdwin")]
-SMALL = dict(block_w=16, block_n=16, num_warps=4, num_stages=2, split=0)
+SMALL = dict(block_w=16, block_n=16, prefetch=0, num_warps=4, num_stages=2, split=0)
 
 
 def instance(p: ConvParams, layout: str, dtype: str, fused: str = "passthrough", **cfg):
@@ -52,8 +52,10 @@ def test_config_checks_window_and_split():
     assert cfg.replace(block_w=8).check() == "block_w and block_n must be at least 16 (tl.dot's smallest tile)"
     assert cfg.replace(num_stages=3).check() is None
     assert cfg.replace(num_stages=4).check() == "num_stages=4 is not one of (1, 2, 3)"
-    assert ALG.check_config(dict(block_w=16)) == ("config lacks block_n, num_warps, num_stages, split "
-                                                  "(bdwin takes block_w, block_n, num_warps, num_stages, split)")
+    assert cfg.replace(prefetch=2).check() == "prefetch=2 is not 0 or 1"
+    assert ALG.check_config(dict(block_w=16)) == (
+        "config lacks block_n, prefetch, num_warps, num_stages, split "
+        "(bdwin takes block_w, block_n, prefetch, num_warps, num_stages, split)")
     assert window_shift(1, 1, 3) == 1 and window_shift(2, 1, 3) == 2 and window_shift(3, 1, 3) == 3
     assert window_shift(1, 2, 3) == 3 and window_shift(4, 2, 3) == 2 and window_shift(1, 1, 1) == 1
     assert unit_split(units=64, base_programs=16, sms=132) == 64  # at most one chunk per unit
@@ -101,15 +103,17 @@ def test_channels_per_group(K, C):
                                   ((3, 3), (2, 1), (2, 1), (2, 1)), ((2, 2), (1, 1), (1, 1), (0, 1)),
                                   ((2, 3), (2, 2), (1, 1), (1, 1)), ((1, 3), (1, 2), (1, 1), (0, 1))],
                          ids=["s1", "s2", "s3-pad-past-filter", "dilated", "s2d2", "2x2", "2x3s2", "1x3"])
-def test_window_moves(fsdp):
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_window_moves(fsdp, prefetch):
     f, s, d, pad = fsdp
-    check(ConvParams(2, 4, 2, 8, 8, f, (9, 11), s, d, pad, (1, 2)), dtype="fp16")
+    check(ConvParams(2, 4, 2, 8, 8, f, (9, 11), s, d, pad, (1, 2)), dtype="fp16", prefetch=prefetch)
 
 
 @pytest.mark.parametrize("split", [1, 2, 3, 5])
 def test_splits(split):
-    """Units (n, block of columns) of a 2-image, 2-block output in 1 .. 4 chunks (5 clamps to 4)."""
-    check(ConvParams(2, 3, 2, 4, 4, (3, 3), (5, 21), (1, 1), (1, 1), (1, 1), (1, 1)), split=split)
+    """Units (n, block of columns) of a 2-image, 2-block output in 1 .. 4 chunks (5 clamps to 4),
+    the next row's tiles prefetched across a unit's end."""
+    check(ConvParams(2, 3, 2, 4, 4, (3, 3), (5, 21), (1, 1), (1, 1), (1, 1), (1, 1)), split=split, prefetch=1)
 
 
 @pytest.mark.parametrize("block_w", [16, 32])
@@ -120,7 +124,8 @@ def test_columns_wider_than_blocks(block_w):
 
 def test_3d_depth_taps_in_the_grid():
     """A 3x3x3 filter over planes whose depth padding leaves some programs' planes outside the input."""
-    check(ConvParams(3, 2, 2, 8, 8, (3, 3, 3), (3, 5, 6), (2, 1, 1), (1, 1, 1), (1, 1, 1), (2, 1, 1)), dtype="fp16")
+    check(ConvParams(3, 2, 2, 8, 8, (3, 3, 3), (3, 5, 6), (2, 1, 1), (1, 1, 1), (1, 1, 1), (2, 1, 1)), dtype="fp16",
+          prefetch=1)
 
 
 def test_deterministic_and_int64():

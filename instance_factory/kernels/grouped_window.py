@@ -60,10 +60,13 @@ def window_shift(stride_h: int, dil_h: int, rows: int) -> int:
     return min(stride_h // dil_h, rows) if stride_h % dil_h == 0 else rows
 
 
-def register_bytes(rows: int, fxp: int, bn: int, bk: int, block_w: int, elem_bytes: int) -> int:
+def register_bytes(rows: int, shift: int, fxp: int, bn: int, bk: int, block_w: int, elem_bytes: int,
+                   prefetch: bool) -> int:
     """Bytes of one program's live tiles: ``rows`` fp32 accumulators [fxp*bn, bk], ``rows`` window
-    tiles [fxp*bn, block_w] and one grad_out tile [block_w, bk]."""
-    return rows * fxp * bn * (bk * 4 + block_w * elem_bytes) + block_w * bk * elem_bytes
+    tiles [fxp*bn, block_w] and one grad_out tile [block_w, bk]; with ``prefetch`` the next row's
+    ``shift`` fresh tiles and grad_out tile too."""
+    tiles = rows + (shift if prefetch else 0)
+    return rows * fxp * bn * bk * 4 + (tiles * fxp * bn + (1 + prefetch) * bk) * block_w * elem_bytes
 
 
 @triton.jit
@@ -74,6 +77,17 @@ def _x_row(x_unit, x_mask, oh, ty, s_h, pad_h, dil_h, h_lim, xs_h, wl):
     # the row test as a vector (a scalar-bool & tensor-bool mask mistypes in the interpreter)
     row_ok = ((wl * 0 + ih) >= 0) & ((wl * 0 + ih) < h_lim)
     return tl.load(x_unit + ih * xs_h, mask=x_mask & row_ok[None, :], other=0.0, cache_modifier=".ca")
+
+
+@triton.jit
+def _fresh_row(x_unit, x_mask, oh, ty: tl.constexpr, s_h, pad_h, dil_h, h_lim, xs_h, wl,
+               ROWS: tl.constexpr, SHIFT: tl.constexpr):
+    """Filter row ty's tile at output row oh if the window loads it there (it is not one the last
+    row held); else zeros, which the window never reads."""
+    tile = tl.zeros((x_mask.shape[0], x_mask.shape[1]), dtype=x_unit.dtype.element_ty)
+    if ty < ROWS and ty >= ROWS - SHIFT:
+        tile = _x_row(x_unit, x_mask, oh, ty, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+    return tile
 
 
 @triton.jit
@@ -119,6 +133,7 @@ def _bdwin_wgrad_kernel(
     BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FXP: tl.constexpr,  # next_pow2(FX): column taps stacked in the x tile's rows
     ROWS: tl.constexpr, SHIFT: tl.constexpr,  # filter rows (the window) and its move per output row
+    PREFETCH: tl.constexpr,  # load the next row's tiles before this row's dots (registers for latency)
     PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
     FINAL: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
@@ -171,6 +186,8 @@ def _bdwin_wgrad_kernel(
     x0 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
     x1 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
     x2 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    q0, q1, q2 = x0, x1, x2  # the next row's fresh window tiles and grad_out tile (PREFETCH)
+    pb = tl.zeros((BLOCK_W, BLOCK_K), dtype=dy_ptr.dtype.element_ty)
     for u in range(u_start, u_end):
         wb = u % WB
         r = u // WB
@@ -195,30 +212,46 @@ def _bdwin_wgrad_kernel(
         elif ROWS == 2:
             if SHIFT == 1:
                 x1 = _x_row(x_unit, x_mask, -1, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+        if PREFETCH:  # row 0's loads; each row then issues the next row's before its dots
+            pb = tl.load(y_unit, mask=y_mask, other=0.0)
+            q0 = _fresh_row(x_unit, x_mask, 0, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+            q1 = _fresh_row(x_unit, x_mask, 0, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+            q2 = _fresh_row(x_unit, x_mask, 0, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
         for oh in range(0, Ho):
-            b = tl.load(y_unit + oh * ys_h, mask=y_mask, other=0.0)
+            if PREFETCH:
+                b, f0, f1, f2 = pb, q0, q1, q2
+                nxt = tl.minimum(oh + 1, Ho - 1)  # the last row re-reads itself (unused) instead of a mask
+                pb = tl.load(y_unit + nxt * ys_h, mask=y_mask, other=0.0)
+                q0 = _fresh_row(x_unit, x_mask, nxt, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+                q1 = _fresh_row(x_unit, x_mask, nxt, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+                q2 = _fresh_row(x_unit, x_mask, nxt, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+            else:
+                b = tl.load(y_unit + oh * ys_h, mask=y_mask, other=0.0)
+                f0 = _fresh_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+                f1 = _fresh_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
+                f2 = _fresh_row(x_unit, x_mask, oh, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
             if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
                 b = b.to(tl.float32)
-            # move the window: reuse the rows the last output row already holds, load the rest
+            # move the window: the rows the last output row already holds move up, fresh ones fill in
             if ROWS == 1:
-                x0 = _x_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                x0 = f0
             elif ROWS == 2:
                 if SHIFT == 1:
                     x0 = x1
                 else:
-                    x0 = _x_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl)
-                x1 = _x_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                    x0 = f0
+                x1 = f1
             else:
                 if SHIFT == 1:
                     x0 = x1
                     x1 = x2
                 elif SHIFT == 2:
                     x0 = x2
-                    x1 = _x_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                    x1 = f1
                 else:
-                    x0 = _x_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl)
-                    x1 = _x_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl)
-                x2 = _x_row(x_unit, x_mask, oh, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl)
+                    x0 = f0
+                    x1 = f1
+                x2 = f2
             if UPCAST:
                 acc0 = tl.dot(x0.to(tl.float32), b, acc0, input_precision=PRECISION)
             else:
@@ -280,6 +313,7 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
         _bdwin_wgrad_kernel, (gblocks, fz, split),
         K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
         FXP=triton.next_power_of_2(fx), ROWS=fy, SHIFT=window_shift(geo.stride3[1], geo.dil3[1], fy),
+        PREFETCH=bool(cfg.prefetch),
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
         num_warps=num_warps, num_stages=int(cfg.num_stages), **epi,
@@ -294,14 +328,15 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
 @dataclass(frozen=True)
 class BdwinWeightConfig(_BlockdiagTile):
     """bdwin wgrad: block_w output columns per unit x block_n channels per column tap, the units'
-    output rows walked with a window of filter-row input tiles in registers, ``num_stages`` for
-    Triton's pipeliner, the units split in ``split`` chunks (0: automatic, :func:`unit_split`)."""
+    output rows walked with a window of filter-row input tiles in registers, ``prefetch`` (1: the
+    next row's tiles loaded before this row's dots), ``num_stages`` for Triton's pipeliner, the units split in ``split`` chunks (0: automatic, :func:`unit_split`)."""
 
     ALGORITHM: ClassVar[str] = "bdwin"
     POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_n")
 
     block_w: int
     block_n: int
+    prefetch: int
     num_warps: int
     num_stages: int
     split: int
@@ -310,6 +345,8 @@ class BdwinWeightConfig(_BlockdiagTile):
         reason = super().check()
         if reason is None and self.num_stages not in (1, 2, 3):
             return f"num_stages={self.num_stages!r} is not one of (1, 2, 3)"
+        if reason is None and self.prefetch not in (0, 1):
+            return f"prefetch={self.prefetch!r} is not 0 or 1"
         return reason
 
 
@@ -329,7 +366,9 @@ def decline(cfg: BdwinWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     if fz > MAX_GRID_YZ:
         return f"the filter has {fz} depth taps: more than the grid's {MAX_GRID_YZ}"
     _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
-    need = register_bytes(fy, triton.next_power_of_2(fx), bn, bk, cfg.block_w, dtype.data.itemsize)
+    shift = window_shift(p.stride[-2] if p.ndim > 1 else 1, p.dilation[-2] if p.ndim > 1 else 1, fy)
+    need = register_bytes(fy, shift, triton.next_power_of_2(fx), bn, bk, cfg.block_w, dtype.data.itemsize,
+                          bool(cfg.prefetch))
     budget = _REGISTER_BUDGET * 32 * cfg.num_warps
     if need > budget:
         return (f"{fy} filter rows of {fx} taps x {bn} channels x block_w={cfg.block_w} need {need // 1024} KiB of "
