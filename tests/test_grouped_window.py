@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 DEV = "cpu" if interpreting() else "cuda"
 OP = "conv_bwd_weight"
 ALG = ALGORITHMS[(OP, "bdwin")]
-SMALL = dict(block_w=16, block_n=16, prefetch=0, num_warps=4, num_stages=2, split=0)
+SMALL = dict(block_w=16, block_n=16, prefetch=0, mma_rows="x", num_warps=4, split=0)
 
 
 def instance(p: ConvParams, layout: str, dtype: str, fused: str = "passthrough", **cfg):
@@ -50,16 +50,18 @@ def test_config_checks_window_and_split():
     cfg = ALG.config.from_values(SMALL)
     assert isinstance(cfg, BdwinWeightConfig) and cfg.check() is None
     assert cfg.replace(block_w=8).check() == "block_w and block_n must be at least 16 (tl.dot's smallest tile)"
-    assert cfg.replace(num_stages=3).check() is None
-    assert cfg.replace(num_stages=4).check() == "num_stages=4 is not one of (1, 2, 3)"
     assert cfg.replace(prefetch=2).check() == "prefetch=2 is not 0 or 1"
     assert ALG.check_config(dict(block_w=16)) == (
-        "config lacks block_n, prefetch, num_warps, num_stages, split "
-        "(bdwin takes block_w, block_n, prefetch, num_warps, num_stages, split)")
+        "config lacks block_n, prefetch, mma_rows, num_warps, split "
+        "(bdwin takes block_w, block_n, prefetch, mma_rows, num_warps, split)")
+    assert cfg.replace(mma_rows="k").check() == "mma_rows='k' is not one of ('x', 'dy')"
     assert window_shift(1, 1, 3) == 1 and window_shift(2, 1, 3) == 2 and window_shift(3, 1, 3) == 3
     assert window_shift(1, 2, 3) == 3 and window_shift(4, 2, 3) == 2 and window_shift(1, 1, 1) == 1
-    assert unit_split(units=64, base_programs=16, sms=132) == 64  # at most one chunk per unit
-    assert unit_split(units=10_000, base_programs=16, sms=132) == 66  # ~8 programs per SM
+    big = 10**9  # input + grad_out bytes far above the partial slices
+    assert unit_split(units=64, base_programs=16, sms=132, io_bytes=big, partial_numel=18432) == 64  # one per unit
+    assert unit_split(units=10_000, base_programs=16, sms=132, io_bytes=big, partial_numel=18432) == 66  # 8 per SM
+    # G46 C8 7x7 N64 (4.6 MB in, 26,496 weights): 21 slices of fp32 partials move about as much
+    assert unit_split(units=64, base_programs=23, sms=132, io_bytes=4_616_000, partial_numel=26_496) == 21
 
 
 def test_declines_say_why():
@@ -103,10 +105,11 @@ def test_channels_per_group(K, C):
                                   ((3, 3), (2, 1), (2, 1), (2, 1)), ((2, 2), (1, 1), (1, 1), (0, 1)),
                                   ((2, 3), (2, 2), (1, 1), (1, 1)), ((1, 3), (1, 2), (1, 1), (0, 1))],
                          ids=["s1", "s2", "s3-pad-past-filter", "dilated", "s2d2", "2x2", "2x3s2", "1x3"])
-@pytest.mark.parametrize("prefetch", [0, 1])
-def test_window_moves(fsdp, prefetch):
+@pytest.mark.parametrize("prefetch,mma_rows", [(0, "x"), (1, "dy")])
+def test_window_moves(fsdp, prefetch, mma_rows):
     f, s, d, pad = fsdp
-    check(ConvParams(2, 4, 2, 8, 8, f, (9, 11), s, d, pad, (1, 2)), dtype="fp16", prefetch=prefetch)
+    check(ConvParams(2, 4, 2, 8, 8, f, (9, 11), s, d, pad, (1, 2)), dtype="fp16", prefetch=prefetch,
+          mma_rows=mma_rows)
 
 
 @pytest.mark.parametrize("split", [1, 2, 3, 5])
@@ -139,9 +142,9 @@ def test_deterministic_and_int64():
 
 
 @pytest.mark.parametrize("fused,n_ds", [("scale", 0), ("bilinear", 1), ("add", 2), ("add_relu", 1)])
-@pytest.mark.parametrize("split", [1, 3])
-def test_fused_ops(fused, n_ds, split):
-    check(shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, split=split)
+@pytest.mark.parametrize("split,mma_rows", [(1, "x"), (3, "x"), (1, "dy")])
+def test_fused_ops(fused, n_ds, split, mma_rows):
+    check(shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, split=split, mma_rows=mma_rows)
 
 
 @triton.jit

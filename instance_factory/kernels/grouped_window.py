@@ -50,6 +50,9 @@ from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "register_bytes", "window_shift"]
 
+#: the MMA's rows: the window's (taps x channels: 64+ rows, wgmma, which reads both operands from
+#: shared memory) or grad_out's channels (under 64 rows Triton takes mma.sync, operands in registers)
+MMA_ROWS = ("x", "dy")
 MAX_FILTER_ROWS = 3  # the window's register tiles are named variables (x0, x1, x2)
 _REGISTER_BUDGET = 160 * 4  # bytes per thread for the window, the grad_out tile and the accumulators
 
@@ -91,12 +94,30 @@ def _fresh_row(x_unit, x_mask, oh, ty: tl.constexpr, s_h, pad_h, dil_h, h_lim, x
 
 
 @triton.jit
+def _mma(x, b, acc, X_AS_B: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    """acc += x @ b, or with X_AS_B its transpose b^T @ x^T (grad_out rows as the MMA's M: under 64
+    rows Triton takes mma.sync, whose operands stay in registers, instead of wgmma, which reads the
+    window tiles from shared memory and so stores them there once per use)."""
+    if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
+        x = x.to(tl.float32)
+        b = b.to(tl.float32)
+    if X_AS_B:
+        acc = tl.dot(tl.trans(b), tl.trans(x), acc, input_precision=PRECISION)
+    else:
+        acc = tl.dot(x, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def _store_row(acc, ty, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FXP: tl.constexpr, FINAL: tl.constexpr,
-               OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
-    """The diagonal blocks (row group == column group) of filter row ty's accumulator [(tx, g, c), (g, k)]."""
+               X_AS_B: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
+    """The diagonal blocks (row group == column group) of filter row ty's accumulator [(tx, g, c), (g, k)]
+    (X_AS_B: its transpose)."""
+    if X_AS_B:
+        acc = tl.trans(acc)
     jb = tl.arange(0, FXP * BLOCK_N)
     tx = jb // BLOCK_N
     jn = jb % BLOCK_N
@@ -134,6 +155,7 @@ def _bdwin_wgrad_kernel(
     FXP: tl.constexpr,  # next_pow2(FX): column taps stacked in the x tile's rows
     ROWS: tl.constexpr, SHIFT: tl.constexpr,  # filter rows (the window) and its move per output row
     PREFETCH: tl.constexpr,  # load the next row's tiles before this row's dots (registers for latency)
+    X_AS_B: tl.constexpr,  # the MMA's orientation (see _mma)
     PACKED_X: tl.constexpr, PACKED_Y: tl.constexpr,
     FINAL: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
@@ -180,9 +202,12 @@ def _bdwin_wgrad_kernel(
     u_start = sid * chunk
     u_end = tl.minimum(u_start + chunk, UNITS)
 
-    acc0 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc1 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc2 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if X_AS_B:
+        acc0 = tl.zeros((BLOCK_K, FXP * BLOCK_N), dtype=tl.float32)
+    else:
+        acc0 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc1 = acc0
+    acc2 = acc0
     x0 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
     x1 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
     x2 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
@@ -230,8 +255,6 @@ def _bdwin_wgrad_kernel(
                 f0 = _fresh_row(x_unit, x_mask, oh, 0, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
                 f1 = _fresh_row(x_unit, x_mask, oh, 1, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
                 f2 = _fresh_row(x_unit, x_mask, oh, 2, s_h, pad_h, dil_h, h_lim, xs_h, wl, ROWS, SHIFT)
-            if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
-                b = b.to(tl.float32)
             # move the window: the rows the last output row already holds move up, fresh ones fill in
             if ROWS == 1:
                 x0 = f0
@@ -252,37 +275,30 @@ def _bdwin_wgrad_kernel(
                     x0 = f0
                     x1 = f1
                 x2 = f2
-            if UPCAST:
-                acc0 = tl.dot(x0.to(tl.float32), b, acc0, input_precision=PRECISION)
-            else:
-                acc0 = tl.dot(x0, b, acc0, input_precision=PRECISION)
+            acc0 = _mma(x0, b, acc0, X_AS_B, UPCAST, PRECISION)
             if ROWS > 1:
-                if UPCAST:
-                    acc1 = tl.dot(x1.to(tl.float32), b, acc1, input_precision=PRECISION)
-                else:
-                    acc1 = tl.dot(x1, b, acc1, input_precision=PRECISION)
+                acc1 = _mma(x1, b, acc1, X_AS_B, UPCAST, PRECISION)
             if ROWS > 2:
-                if UPCAST:
-                    acc2 = tl.dot(x2.to(tl.float32), b, acc2, input_precision=PRECISION)
-                else:
-                    acc2 = tl.dot(x2, b, acc2, input_precision=PRECISION)
+                acc2 = _mma(x2, b, acc2, X_AS_B, UPCAST, PRECISION)
 
     _store_row(acc0, 0, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-               K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, OP, NUM_DS, USER_FN)
+               K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
     if ROWS > 1:
         _store_row(acc1, 1, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                    out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, OP, NUM_DS, USER_FN)
+                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
     if ROWS > 2:
         _store_row(acc2, 2, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                    out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, OP, NUM_DS, USER_FN)
+                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
 
 
-def unit_split(units: int, base_programs: int, sms: int) -> int:
-    """Reduction chunks: ~8 programs per SM, at most one per unit (a unit is a column of Ho rows)."""
-    return occupancy_split(base_programs, sms, 8, units)
+def unit_split(units: int, base_programs: int, sms: int, io_bytes: int, partial_numel: int) -> int:
+    """Reduction chunks: ~8 programs per SM, at most one per unit (a unit is a column of Ho rows),
+    and no more fp32 partial slices (written, then read by the reduce) than move as many bytes as
+    the input and grad_out: on small planes (7x7, N 64) one slice per unit was 3x their bytes."""
+    return occupancy_split(base_programs, sms, 8, min(units, max(1, io_bytes // (8 * partial_numel))))
 
 
 def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
@@ -298,11 +314,12 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     do, ho, wo = geo.out3
     wb = triton.cdiv(wo, block_w)
     units = geo.N * do * wb
-    if split <= 0:
-        split = unit_split(units, gblocks * fz, sm_count(args.out.device))
-    split, chunk = split_chunks(split, units)
     gkc = geo.G * geo.K * geo.C
     total = geo.taps * gkc
+    if split <= 0:
+        io_bytes = args.a.numel() * args.a.element_size() + args.b.numel() * args.b.element_size()
+        split = unit_split(units, gblocks * fz, sm_count(args.out.device), io_bytes, total)
+    split, chunk = split_chunks(split, units)
     use_int64 = (force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT
                  or units + chunk >= INT32_LIMIT)
     final = split == 1
@@ -313,10 +330,10 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
         _bdwin_wgrad_kernel, (gblocks, fz, split),
         K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
         FXP=triton.next_power_of_2(fx), ROWS=fy, SHIFT=window_shift(geo.stride3[1], geo.dil3[1], fy),
-        PREFETCH=bool(cfg.prefetch),
+        PREFETCH=bool(cfg.prefetch), X_AS_B=cfg.mma_rows == "dy",
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
-        num_warps=num_warps, num_stages=int(cfg.num_stages), **epi,
+        num_warps=num_warps, num_stages=1, **epi,  # the window's loads are not Triton-pipelined
     )
     sizes = (geo.G, units, chunk, wb, do, ho, wo, *geo.in3, fy, fx, geo.taps,
              *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align))
@@ -329,7 +346,8 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
 class BdwinWeightConfig(_BlockdiagTile):
     """bdwin wgrad: block_w output columns per unit x block_n channels per column tap, the units'
     output rows walked with a window of filter-row input tiles in registers, ``prefetch`` (1: the
-    next row's tiles loaded before this row's dots), ``num_stages`` for Triton's pipeliner, the units split in ``split`` chunks (0: automatic, :func:`unit_split`)."""
+    next row's tiles loaded before this row's dots), ``mma_rows`` (:data:`MMA_ROWS`), the units
+    split in ``split`` chunks (0: automatic, :func:`unit_split`)."""
 
     ALGORITHM: ClassVar[str] = "bdwin"
     POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_n")
@@ -337,16 +355,16 @@ class BdwinWeightConfig(_BlockdiagTile):
     block_w: int
     block_n: int
     prefetch: int
+    mma_rows: str
     num_warps: int
-    num_stages: int
     split: int
 
     def check(self) -> str | None:
         reason = super().check()
-        if reason is None and self.num_stages not in (1, 2, 3):
-            return f"num_stages={self.num_stages!r} is not one of (1, 2, 3)"
         if reason is None and self.prefetch not in (0, 1):
             return f"prefetch={self.prefetch!r} is not 0 or 1"
+        if reason is None and self.mma_rows not in MMA_ROWS:
+            return f"mma_rows={self.mma_rows!r} is not one of {MMA_ROWS}"
         return reason
 
 
