@@ -46,9 +46,11 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "schedule": "",
     "inner": "",
     "mma_rows": "mr",
+    "taps_x": "tx",
 }
 # the value 0 of these parameters means "chosen by the launcher" / "all": written as a word
-_ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all", "block_x": "auto", "unroll": "auto"}
+_ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all", "block_x": "auto", "unroll": "auto",
+               "taps_x": "all"}
 
 
 def config_tag(alg: Algorithm, cfg: dict[str, Any]) -> str:

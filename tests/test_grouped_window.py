@@ -20,7 +20,12 @@ from test_grouped_blockdiag import shape  # noqa: E402
 from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
-from instance_factory.kernels.grouped_window import BdwinWeightConfig, unit_split, window_shift  # noqa: E402
+from instance_factory.kernels.grouped_window import (  # noqa: E402
+    BdwinWeightConfig,
+    column_taps,
+    unit_split,
+    window_shift,
+)
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.verify import Case, verify_instance  # noqa: E402
@@ -33,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 DEV = "cpu" if interpreting() else "cuda"
 OP = "conv_bwd_weight"
 ALG = ALGORITHMS[(OP, "bdwin")]
-SMALL = dict(block_w=16, block_n=16, prefetch=0, mma_rows="x", num_warps=4, split=0)
+SMALL = dict(block_w=16, block_n=16, taps_x=0, prefetch=0, mma_rows="x", num_warps=4, split=0)
 
 
 def instance(p: ConvParams, layout: str, dtype: str, fused: str = "passthrough", **cfg):
@@ -52,16 +57,15 @@ def test_config_checks_window_and_split():
     assert cfg.replace(block_w=8).check() == "block_w and block_n must be at least 16 (tl.dot's smallest tile)"
     assert cfg.replace(prefetch=2).check() == "prefetch=2 is not 0 or 1"
     assert ALG.check_config(dict(block_w=16)) == (
-        "config lacks block_n, prefetch, mma_rows, num_warps, split "
-        "(bdwin takes block_w, block_n, prefetch, mma_rows, num_warps, split)")
+        "config lacks block_n, taps_x, prefetch, mma_rows, num_warps, split "
+        "(bdwin takes block_w, block_n, taps_x, prefetch, mma_rows, num_warps, split)")
+    assert cfg.replace(taps_x=9).check() == "taps_x=9 must be an int from 0 (all the filter's columns) to 8"
+    assert column_taps(3, 0) == 3 and column_taps(3, 1) == 1 and column_taps(3, 2) == 2 and column_taps(1, 2) == 1
     assert cfg.replace(mma_rows="k").check() == "mma_rows='k' is not one of ('x', 'dy')"
     assert window_shift(1, 1, 3) == 1 and window_shift(2, 1, 3) == 2 and window_shift(3, 1, 3) == 3
     assert window_shift(1, 2, 3) == 3 and window_shift(4, 2, 3) == 2 and window_shift(1, 1, 1) == 1
-    big = 10**9  # input + grad_out bytes far above the partial slices
-    assert unit_split(units=64, base_programs=16, sms=132, io_bytes=big, partial_numel=18432) == 64  # one per unit
-    assert unit_split(units=10_000, base_programs=16, sms=132, io_bytes=big, partial_numel=18432) == 66  # 8 per SM
-    # G46 C8 7x7 N64 (4.6 MB in, 26,496 weights): 21 slices of fp32 partials move about as much
-    assert unit_split(units=64, base_programs=23, sms=132, io_bytes=4_616_000, partial_numel=26_496) == 21
+    assert unit_split(units=64, base_programs=16, sms=132) == 64  # at most one chunk per unit
+    assert unit_split(units=10_000, base_programs=16, sms=132) == 66  # ~8 programs per SM
 
 
 def test_declines_say_why():
@@ -105,11 +109,18 @@ def test_channels_per_group(K, C):
                                   ((3, 3), (2, 1), (2, 1), (2, 1)), ((2, 2), (1, 1), (1, 1), (0, 1)),
                                   ((2, 3), (2, 2), (1, 1), (1, 1)), ((1, 3), (1, 2), (1, 1), (0, 1))],
                          ids=["s1", "s2", "s3-pad-past-filter", "dilated", "s2d2", "2x2", "2x3s2", "1x3"])
-@pytest.mark.parametrize("prefetch,mma_rows", [(0, "x"), (1, "dy")])
-def test_window_moves(fsdp, prefetch, mma_rows):
+@pytest.mark.parametrize("prefetch,mma_rows,taps_x", [(0, "x", 0), (1, "dy", 1)])
+def test_window_moves(fsdp, prefetch, mma_rows, taps_x):
     f, s, d, pad = fsdp
     check(ConvParams(2, 4, 2, 8, 8, f, (9, 11), s, d, pad, (1, 2)), dtype="fp16", prefetch=prefetch,
-          mma_rows=mma_rows)
+          mma_rows=mma_rows, taps_x=taps_x)
+
+
+@pytest.mark.parametrize("taps_x", [1, 2])
+def test_column_tap_blocks(taps_x):
+    """A 5-wide filter row in blocks of 1 or 2 column taps (the last block of 2 half empty), 3-D."""
+    check(ConvParams(3, 3, 2, 8, 8, (2, 3, 5), (3, 5, 9), (1, 1, 1), (1, 1, 1), (1, 1, 2), (0, 1, 2)),
+          dtype="bf16", taps_x=taps_x, prefetch=1)
 
 
 @pytest.mark.parametrize("split", [1, 2, 3, 5])

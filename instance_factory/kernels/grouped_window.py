@@ -48,7 +48,8 @@ from .common import (
 from .grouped_blockdiag import _BlockdiagTile, _channels_ok, _decline_common, _packed, _precision, tile_groups
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "register_bytes", "window_shift"]
+__all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "column_taps", "register_bytes", "unit_split",
+           "window_shift"]
 
 #: the MMA's rows: the window's (taps x channels: 64+ rows, wgmma, which reads both operands from
 #: shared memory) or grad_out's channels (under 64 rows Triton takes mma.sync, operands in registers)
@@ -63,13 +64,20 @@ def window_shift(stride_h: int, dil_h: int, rows: int) -> int:
     return min(stride_h // dil_h, rows) if stride_h % dil_h == 0 else rows
 
 
-def register_bytes(rows: int, shift: int, fxp: int, bn: int, bk: int, block_w: int, elem_bytes: int,
+def register_bytes(rows: int, shift: int, txp: int, bn: int, bk: int, block_w: int, elem_bytes: int,
                    prefetch: bool) -> int:
-    """Bytes of one program's live tiles: ``rows`` fp32 accumulators [fxp*bn, bk], ``rows`` window
-    tiles [fxp*bn, block_w] and one grad_out tile [block_w, bk]; with ``prefetch`` the next row's
+    """Bytes of one program's live tiles: ``rows`` fp32 accumulators [txp*bn, bk], ``rows`` window
+    tiles [txp*bn, block_w] and one grad_out tile [block_w, bk]; with ``prefetch`` the next row's
     ``shift`` fresh tiles and grad_out tile too."""
     tiles = rows + (shift if prefetch else 0)
-    return rows * fxp * bn * bk * 4 + (tiles * fxp * bn + (1 + prefetch) * bk) * block_w * elem_bytes
+    return rows * txp * bn * bk * 4 + (tiles * txp * bn + (1 + prefetch) * bk) * block_w * elem_bytes
+
+
+def column_taps(fx: int, taps_x: int) -> int:
+    """Column taps one program stacks: all ``fx`` (taps_x 0) or ``taps_x`` of them; programs take
+    the filter's columns in blocks of that many (fewer taps: more groups per tile fit the registers,
+    and their channel runs coalesce into longer loads, at one more read of the inputs per block)."""
+    return fx if taps_x <= 0 else min(taps_x, fx)
 
 
 @triton.jit
@@ -109,20 +117,20 @@ def _mma(x, b, acc, X_AS_B: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.co
 
 
 @triton.jit
-def _store_row(acc, ty, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+def _store_row(acc, ty, sid, g0, G, FY, FX, TAPS, tz, tx0, TXB, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FXP: tl.constexpr, FINAL: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TXP: tl.constexpr, FINAL: tl.constexpr,
                X_AS_B: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
     """The diagonal blocks (row group == column group) of filter row ty's accumulator [(tx, g, c), (g, k)]
     (X_AS_B: its transpose)."""
     if X_AS_B:
         acc = tl.trans(acc)
-    jb = tl.arange(0, FXP * BLOCK_N)
-    tx = jb // BLOCK_N
+    jb = tl.arange(0, TXP * BLOCK_N)
+    tx = tx0 + jb // BLOCK_N
     jn = jb % BLOCK_N
     jk = tl.arange(0, BLOCK_K)
-    rows_ok = _channels_ok(jn, g0, G, C, GPT) & (tx < FX)
+    rows_ok = _channels_ok(jn, g0, G, C, GPT) & (jb // BLOCK_N < TXB) & (tx < FX)
     keep = rows_ok[:, None] & _channels_ok(jk, g0, G, K, GPT)[None, :] & ((jn // C)[:, None] == (jk // K)[None, :])
     g = g0 + jk // K
     k = jk % K
@@ -149,10 +157,11 @@ def _bdwin_wgrad_kernel(
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w,  # input strides
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,  # result (and every D) strides
     ys_g, ys_n, ys_k, ys_d, ys_h, ys_w,  # grad_out strides (all but the channel ones divided by ALIGN)
+    TXB, NTB,  # column taps per program, programs per filter row (grid axis 1: depth tap x NTB)
     K: tl.constexpr, C: tl.constexpr, GPT: tl.constexpr,
     ALIGN: tl.constexpr,  # ConvGeometry.channel_alignment: multiplied back below so loads vectorize
     BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    FXP: tl.constexpr,  # next_pow2(FX): column taps stacked in the x tile's rows
+    TXP: tl.constexpr,  # next_pow2(TXB): the program's column taps stacked in the x tile's rows
     ROWS: tl.constexpr, SHIFT: tl.constexpr,  # filter rows (the window) and its move per output row
     PREFETCH: tl.constexpr,  # load the next row's tiles before this row's dots (registers for latency)
     X_AS_B: tl.constexpr,  # the MMA's orientation (see _mma)
@@ -161,7 +170,8 @@ def _bdwin_wgrad_kernel(
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     pid_g = tl.program_id(0)
-    tz = tl.program_id(1)
+    tz = tl.program_id(1) // NTB
+    tx0 = (tl.program_id(1) % NTB) * TXB
     pid_s = tl.program_id(2)
     xs_g, xs_n, xs_d, xs_h, xs_w = xs_g * ALIGN, xs_n * ALIGN, xs_d * ALIGN, xs_h * ALIGN, xs_w * ALIGN
     ws_g, ws_k, ws_z, ws_y, ws_x = ws_g * ALIGN, ws_k * ALIGN, ws_z * ALIGN, ws_y * ALIGN, ws_x * ALIGN
@@ -172,10 +182,10 @@ def _bdwin_wgrad_kernel(
     g0 = pid_g * GPT
 
     # ---- x tile rows: (tx, g, c), the column taps stacked; columns: BLOCK_W output positions --------
-    jb = tl.arange(0, FXP * BLOCK_N)
-    tx = jb // BLOCK_N
+    jb = tl.arange(0, TXP * BLOCK_N)
+    tx = tx0 + jb // BLOCK_N
     jn = jb % BLOCK_N
-    x_rows_ok = _channels_ok(jn, g0, G, C, GPT) & (tx < FX)
+    x_rows_ok = _channels_ok(jn, g0, G, C, GPT) & (jb // BLOCK_N < TXB) & (tx < FX)
     if PACKED_X:
         x_ch = g0 * C + jn
     else:
@@ -203,14 +213,14 @@ def _bdwin_wgrad_kernel(
     u_end = tl.minimum(u_start + chunk, UNITS)
 
     if X_AS_B:
-        acc0 = tl.zeros((BLOCK_K, FXP * BLOCK_N), dtype=tl.float32)
+        acc0 = tl.zeros((BLOCK_K, TXP * BLOCK_N), dtype=tl.float32)
     else:
-        acc0 = tl.zeros((FXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc0 = tl.zeros((TXP * BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc1 = acc0
     acc2 = acc0
-    x0 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
-    x1 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
-    x2 = tl.zeros((FXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    x0 = tl.zeros((TXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    x1 = tl.zeros((TXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
+    x2 = tl.zeros((TXP * BLOCK_N, BLOCK_W), dtype=x_ptr.dtype.element_ty)
     q0, q1, q2 = x0, x1, x2  # the next row's fresh window tiles and grad_out tile (PREFETCH)
     pb = tl.zeros((BLOCK_W, BLOCK_K), dtype=dy_ptr.dtype.element_ty)
     for u in range(u_start, u_end):
@@ -281,24 +291,24 @@ def _bdwin_wgrad_kernel(
             if ROWS > 2:
                 acc2 = _mma(x2, b, acc2, X_AS_B, UPCAST, PRECISION)
 
-    _store_row(acc0, 0, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    _store_row(acc0, 0, sid, g0, G, FY, FX, TAPS, tz, tx0, TXB, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-               K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
+               K, C, GPT, BLOCK_N, BLOCK_K, TXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
     if ROWS > 1:
-        _store_row(acc1, 1, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+        _store_row(acc1, 1, sid, g0, G, FY, FX, TAPS, tz, tx0, TXB, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                    out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
+                   K, C, GPT, BLOCK_N, BLOCK_K, TXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
     if ROWS > 2:
-        _store_row(acc2, 2, sid, g0, G, FY, FX, TAPS, tz, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+        _store_row(acc2, 2, sid, g0, G, FY, FX, TAPS, tz, tx0, TXB, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                    out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                   K, C, GPT, BLOCK_N, BLOCK_K, FXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
+                   K, C, GPT, BLOCK_N, BLOCK_K, TXP, FINAL, X_AS_B, OP, NUM_DS, USER_FN)
 
 
-def unit_split(units: int, base_programs: int, sms: int, io_bytes: int, partial_numel: int) -> int:
-    """Reduction chunks: ~8 programs per SM, at most one per unit (a unit is a column of Ho rows),
-    and no more fp32 partial slices (written, then read by the reduce) than move as many bytes as
-    the input and grad_out: on small planes (7x7, N 64) one slice per unit was 3x their bytes."""
-    return occupancy_split(base_programs, sms, 8, min(units, max(1, io_bytes // (8 * partial_numel))))
+def unit_split(units: int, base_programs: int, sms: int) -> int:
+    """Reduction chunks: ~8 programs per SM, at most one per unit (a unit is a column of Ho rows).
+    Capping the fp32 partial slices at the operands' bytes (7x7, N 64: one slice per unit is 3x
+    them) made G46 C8 7x7 slower on the H100 (0.0203 -> 0.0247 ms): the slices stay in L2."""
+    return occupancy_split(base_programs, sms, 8, units)
 
 
 def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
@@ -310,6 +320,8 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
     fz, fy, fx = geo.filt3
     assert fy <= MAX_FILTER_ROWS, f"declined: {fy} filter rows"
+    txb = column_taps(fx, int(cfg.taps_x))
+    ntb = triton.cdiv(fx, txb)
     gblocks = triton.cdiv(geo.G, gpt)
     do, ho, wo = geo.out3
     wb = triton.cdiv(wo, block_w)
@@ -317,8 +329,7 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     gkc = geo.G * geo.K * geo.C
     total = geo.taps * gkc
     if split <= 0:
-        io_bytes = args.a.numel() * args.a.element_size() + args.b.numel() * args.b.element_size()
-        split = unit_split(units, gblocks * fz, sm_count(args.out.device), io_bytes, total)
+        split = unit_split(units, gblocks * fz * ntb, sm_count(args.out.device))
     split, chunk = split_chunks(split, units)
     use_int64 = (force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT
                  or units + chunk >= INT32_LIMIT)
@@ -327,16 +338,16 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     align = geo.channel_alignment()
     main = BoundKernel(
-        _bdwin_wgrad_kernel, (gblocks, fz, split),
+        _bdwin_wgrad_kernel, (gblocks, fz * ntb, split),
         K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
-        FXP=triton.next_power_of_2(fx), ROWS=fy, SHIFT=window_shift(geo.stride3[1], geo.dil3[1], fy),
+        TXP=triton.next_power_of_2(txb), ROWS=fy, SHIFT=window_shift(geo.stride3[1], geo.dil3[1], fy),
         PREFETCH=bool(cfg.prefetch), X_AS_B=cfg.mma_rows == "dy",
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
-        num_warps=num_warps, num_stages=1, **epi,  # the window's loads are not Triton-pipelined
+        num_warps=num_warps, num_stages=2 if do * ho == 1 else 1, **epi,
     )
     sizes = (geo.G, units, chunk, wb, do, ho, wo, *geo.in3, fy, fx, geo.taps,
-             *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align))
+             *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align), txb, ntb)
     finalize = None if final else finalize_launcher(split, total, use_int64, epi)
     fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, fy, fx, *geo.w_strides)
     return split_runner(main, finalize, sizes, fin_sizes, split * total)
@@ -344,16 +355,19 @@ def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
 
 @dataclass(frozen=True)
 class BdwinWeightConfig(_BlockdiagTile):
-    """bdwin wgrad: block_w output columns per unit x block_n channels per column tap, the units'
-    output rows walked with a window of filter-row input tiles in registers, ``prefetch`` (1: the
-    next row's tiles loaded before this row's dots), ``mma_rows`` (:data:`MMA_ROWS`), the units
-    split in ``split`` chunks (0: automatic, :func:`unit_split`)."""
+    """bdwin wgrad: block_w output columns per unit x block_n channels per column tap, ``taps_x``
+    column taps per program (:func:`column_taps`), the units' output rows walked with a window of
+    filter-row input tiles in registers, ``prefetch`` (1: the next row's tiles loaded before this
+    row's dots), ``mma_rows`` (:data:`MMA_ROWS`), the units split in ``split`` chunks (0: automatic,
+    :func:`unit_split`). Triton pipelines only 1-D problems' units (a column of one row): bind sets
+    num_stages 2 there (1-D G64 C8 on the H100: 0.059 ms, 0.082 with 1), 1 elsewhere."""
 
     ALGORITHM: ClassVar[str] = "bdwin"
     POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_w", "block_n")
 
     block_w: int
     block_n: int
+    taps_x: int
     prefetch: int
     mma_rows: str
     num_warps: int
@@ -361,6 +375,8 @@ class BdwinWeightConfig(_BlockdiagTile):
 
     def check(self) -> str | None:
         reason = super().check()
+        if reason is None and (not isinstance(self.taps_x, int) or not 0 <= self.taps_x <= 8):
+            return f"taps_x={self.taps_x!r} must be an int from 0 (all the filter's columns) to 8"
         if reason is None and self.prefetch not in (0, 1):
             return f"prefetch={self.prefetch!r} is not 0 or 1"
         if reason is None and self.mma_rows not in MMA_ROWS:
@@ -381,12 +397,12 @@ def decline(cfg: BdwinWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     if fy > MAX_FILTER_ROWS:
         return (f"the filter has {fy} rows: bdwin's window holds at most {MAX_FILTER_ROWS} "
                 "(bdrow walks taller filters)")
-    if fz > MAX_GRID_YZ:
-        return f"the filter has {fz} depth taps: more than the grid's {MAX_GRID_YZ}"
+    if fz * triton.cdiv(fx, column_taps(fx, cfg.taps_x)) > MAX_GRID_YZ:
+        return f"the filter's {fz} depth taps x column blocks exceed the grid's {MAX_GRID_YZ}"
     _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
     shift = window_shift(p.stride[-2] if p.ndim > 1 else 1, p.dilation[-2] if p.ndim > 1 else 1, fy)
-    need = register_bytes(fy, shift, triton.next_power_of_2(fx), bn, bk, cfg.block_w, dtype.data.itemsize,
-                          bool(cfg.prefetch))
+    txp = triton.next_power_of_2(column_taps(fx, cfg.taps_x))
+    need = register_bytes(fy, shift, txp, bn, bk, cfg.block_w, dtype.data.itemsize, bool(cfg.prefetch))
     budget = _REGISTER_BUDGET * 32 * cfg.num_warps
     if need > budget:
         return (f"{fy} filter rows of {fx} taps x {bn} channels x block_w={cfg.block_w} need {need // 1024} KiB of "
