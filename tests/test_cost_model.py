@@ -70,6 +70,23 @@ def test_bdrow_is_modelled_by_its_block_diagonal_tiles():
     assert C.model_ms("conv_bwd_weight", g24, "bf16", "bdrow", cfg) == pytest.approx(t32, rel=0.05)
 
 
+def test_bdwin_is_modelled_by_its_window_tiles():
+    """bdwin (grouped wgrad, filter rows' input tiles in registers) is a tensor-core kernel modelled by
+    its tiles: it scales with the groups, a 3-wide filter row stacked to 4 taps costs 4/3 of one
+    tap per program (taps_x 1) at the same groups per tile, and bdwin has its two launches."""
+    cfg = {"block_w": 32, "block_n": 16, "taps_x": 0, "prefetch": 1, "mma_rows": "x", "num_warps": 4, "split": 0}
+    g32 = ConvParams(2, 32, 64, 8, 8, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    g64 = ConvParams(2, 64, 64, 8, 8, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    t32 = C.model_ms("conv_bwd_weight", g32, "bf16", "bdwin", cfg)
+    assert 1.7 < C.model_ms("conv_bwd_weight", g64, "bf16", "bdwin", cfg) / t32 < 2.3
+    from instance_factory.tuning.packed_tiles import bdwin_work
+
+    all_taps, _, _ = bdwin_work(g32, cfg, 132)
+    one_tap, _, _ = bdwin_work(g32, {**cfg, "taps_x": 1}, 132)
+    assert all_taps / one_tap == pytest.approx(4 / 3)
+    assert C.LAUNCHES[("conv_bwd_weight", "bdwin")] == 2
+
+
 def test_blockdiag_dgrad_is_modelled_by_its_packed_groups():
     """blockdiag / bdtap / bdroll pack GPT whole groups into one tile: G64 C4 and G32 C8 fill the same
     tiles (256 channels either way), and the packed model is far below one group per tile (C = 4

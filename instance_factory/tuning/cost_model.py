@@ -31,7 +31,7 @@ from typing import Any
 
 from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
-from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, blockdiag_dgrad_work
+from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
@@ -71,6 +71,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
+            ("conv_bwd_weight", "bdwin"): 2,
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4, ("conv_bwd_data", "cfirst"): 1,
             ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
@@ -247,8 +248,11 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         act = params.N * params.G * (params.C * math.prod(params.input) + params.K * math.prod(params.output))
         mem_s += 2 * act * _elem_bytes(dtype) / MEM_BW
         compute_s = params.flops() / PEAK_FLOPS.get(_compute_type(dtype), 350e12)
-    elif op == "conv_bwd_weight" and algorithm == "bdrow" and "block_w" in cfg:
-        padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
+    elif op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg:
+        if algorithm == "bdrow":
+            padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
+        else:
+            padded, fill, split = bdwin_work(params, cfg, sms)
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW

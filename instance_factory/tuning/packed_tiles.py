@@ -1,5 +1,5 @@
 """Tensor-core work of the families that pack several whole groups into one block-diagonal tile
-(blockdiag, bdtap and bdroll dgrad; bdrow wgrad), for the cost model's roofline.
+(blockdiag, bdtap and bdroll dgrad; bdrow and bdwin wgrad), for the cost model's roofline.
 
 The generic GEMM count puts one group in a tile and pads C to the tile: with C = 4 in a 32-wide tile
 that is 8x the tiles. These count the tiles the kernels launch: GPT groups side by side
@@ -17,8 +17,9 @@ import triton
 
 from ..kernels.grouped_blockdiag import tile_groups
 from ..kernels.grouped_rows import program_taps, row_split
+from ..kernels.grouped_window import column_taps, unit_split
 
-__all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "blockdiag_dgrad_work"]
+__all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
 
 #: bwd-data families on block-diagonal tiles of several whole groups
 BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
@@ -54,4 +55,23 @@ def bdrow_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     split = int(cfg.get("split", 0) or 0) or row_split(steps, base, sms)
     split = max(1, min(split, steps))
     padded = 2.0 * triton.cdiv(params.G, gpt) * taps * bk * bn * steps * bw
+    return padded, _fill(base * split, sms), split
+
+
+def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int) -> tuple[float, float, int]:
+    """(padded FLOPs, wave fill, split) of bdwin wgrad: per output row and filter row, a tile of the
+    program's column taps (stacked to a power of two) x GPT groups' C channels times GPT groups' K,
+    block_w positions deep, over the programs of its grid (groups x depth taps x column-tap blocks)
+    and automatic split."""
+    bw = int(cfg["block_w"])
+    gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
+    fz, fy, fx = (1,) * (3 - len(params.filter)) + tuple(params.filter)
+    txb = column_taps(fx, int(cfg.get("taps_x", 0)))
+    ntb = triton.cdiv(fx, txb)
+    do, ho, wo = params.spatial3("output")
+    units = params.N * do * triton.cdiv(wo, bw)
+    base = triton.cdiv(params.G, gpt) * fz * ntb
+    split = int(cfg.get("split", 0) or 0) or unit_split(units, base, sms)
+    split = max(1, min(split, units))
+    padded = 2.0 * base * fy * triton.next_power_of_2(txb) * bn * bk * units * ho * bw
     return padded, _fill(base * split, sms), split
