@@ -81,10 +81,24 @@ def test_bdwin_is_modelled_by_its_window_tiles():
     assert 1.7 < C.model_ms("conv_bwd_weight", g64, "bf16", "bdwin", cfg) / t32 < 2.3
     from instance_factory.tuning.packed_tiles import bdwin_work
 
-    all_taps, _, _ = bdwin_work(g32, cfg, 132)
-    one_tap, _, _ = bdwin_work(g32, {**cfg, "taps_x": 1}, 132)
+    all_taps, _, _, _ = bdwin_work(g32, cfg, 132, 2)
+    one_tap, _, _, _ = bdwin_work(g32, {**cfg, "taps_x": 1}, 132, 2)
     assert all_taps / one_tap == pytest.approx(4 / 3)
     assert C.LAUNCHES[("conv_bwd_weight", "bdwin")] == 2
+
+
+def test_bdwin_model_follows_its_shared_memory_traffic():
+    """bdwin is bound by the shared-memory/L1 pipe, not its MMAs: the model's time is that traffic,
+    so it stays above the host floor and doubles with the batch. With the MMA count alone the model
+    sat on the floor at N 32 and N 64 alike, the neighbour's correction carried N 64's time to N 32,
+    and the untuned default of held-out RegNetY G5 C24 28x28 N 32 was bdrow (0.052 ms, bdwin 0.039)."""
+    cfg = {"block_w": 16, "block_n": 32, "taps_x": 0, "prefetch": 0, "mma_rows": "x", "num_warps": 4, "split": 0}
+
+    def at(n):
+        return ConvParams(2, 5, n, 24, 24, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
+
+    t32, t64 = (C.model_ms("conv_bwd_weight", at(n), "bf16", "bdwin", cfg, sms=132) for n in (32, 64))
+    assert t64 / t32 == pytest.approx(2.0, rel=0.05) and t32 > 0.01
 
 
 def test_blockdiag_dgrad_is_modelled_by_its_packed_groups():

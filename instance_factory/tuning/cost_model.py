@@ -249,11 +249,12 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         mem_s += 2 * act * _elem_bytes(dtype) / MEM_BW
         compute_s = params.flops() / PEAK_FLOPS.get(_compute_type(dtype), 350e12)
     elif op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg:
+        pipe_s = 0.0
         if algorithm == "bdrow":
             padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
         else:
-            padded, fill, split = bdwin_work(params, cfg, sms)
-        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+            padded, fill, split, pipe_s = bdwin_work(params, cfg, sms, _elem_bytes(dtype))
+        compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
     else:

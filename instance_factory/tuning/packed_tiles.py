@@ -23,6 +23,10 @@ __all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"
 
 #: bwd-data families on block-diagonal tiles of several whole groups
 BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
+#: an H100's shared-memory/L1 data pipe: 128 bytes per clock per SM at ~1.75 GHz, 132 SMs
+SMEM_PIPE_BW = 29.6e12
+_LINE = 128  # bytes an L1 wavefront serves
+_RESIDENT = 4  # bdwin programs resident per SM (registers, 4 warps each)
 
 
 def _fill(programs: int, sms: int) -> float:
@@ -58,20 +62,36 @@ def bdrow_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     return padded, _fill(base * split, sms), split
 
 
-def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int) -> tuple[float, float, int]:
-    """(padded FLOPs, wave fill, split) of bdwin wgrad: per output row and filter row, a tile of the
-    program's column taps (stacked to a power of two) x GPT groups' C channels times GPT groups' K,
-    block_w positions deep, over the programs of its grid (groups x depth taps x column-tap blocks)
-    and automatic split."""
+def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
+    """(padded FLOPs, wave fill, split, pipe seconds) of bdwin wgrad: per output row and filter row, a
+    tile of the program's column taps (stacked to a power of two) x GPT groups' C channels times GPT
+    groups' K, block_w positions deep, over the programs of its grid (groups x depth taps x column-tap
+    blocks) and automatic split.
+
+    The MMAs are not what bounds it (session 22, Nsight Compute): every window tile goes through
+    shared memory for each MMA that reads it (stored, then read), and the input loads cost one L1
+    wavefront per channel run shorter than a 128-byte line. Pipe seconds: those bytes per row over the
+    SMs' shared-memory/L1 bandwidth, scaled by how many of ~4 resident programs per SM the grid fills
+    (a small grid leaves each program's chain of rows exposed)."""
     bw = int(cfg["block_w"])
     gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
     fz, fy, fx = (1,) * (3 - len(params.filter)) + tuple(params.filter)
     txb = column_taps(fx, int(cfg.get("taps_x", 0)))
+    txp = triton.next_power_of_2(txb)
     ntb = triton.cdiv(fx, txb)
     do, ho, wo = params.spatial3("output")
     units = params.N * do * triton.cdiv(wo, bw)
     base = triton.cdiv(params.G, gpt) * fz * ntb
     split = int(cfg.get("split", 0) or 0) or unit_split(units, base, sms)
     split = max(1, min(split, units))
-    padded = 2.0 * base * fy * triton.next_power_of_2(txb) * bn * bk * units * ho * bw
-    return padded, _fill(base * split, sms), split
+    rows = base * units * ho  # program row steps
+    padded = 2.0 * rows * fy * txp * bn * bk * bw
+    window = fy * txp * bn * bw * elem_bytes * 2  # stored to shared memory, read by the MMA
+    grad_out = (fy + 1) * bw * bk * elem_bytes
+    run = max(1, gpt * params.C * elem_bytes)  # contiguous bytes of one position's channels
+    loads = txb * bn * bw * elem_bytes * max(1.0, _LINE / run)
+    programs = base * split
+    slots = _RESIDENT * sms
+    occupancy = programs / (triton.cdiv(programs, slots) * slots)
+    pipe_s = rows * (window + grad_out + loads) / (SMEM_PIPE_BW * occupancy)
+    return padded, _fill(programs, sms), split, pipe_s
