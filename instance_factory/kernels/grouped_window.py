@@ -51,8 +51,9 @@ from .host import INT32_LIMIT, sm_count
 __all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "column_taps", "register_bytes", "unit_split",
            "window_shift"]
 
-#: the MMA's rows: the window's (taps x channels: 64+ rows, wgmma, which reads both operands from
-#: shared memory) or grad_out's channels (under 64 rows Triton takes mma.sync, operands in registers)
+#: the MMA's rows: the window's (taps x channels: 64+ rows, wgmma) or grad_out's channels (under 64
+#: rows Triton takes mma.sync). Either way the SASS passes every window tile through shared memory
+#: for each MMA that reads it (Triton 3.6); dy is the faster one on some 14x14-28x28 layers.
 MMA_ROWS = ("x", "dy")
 MAX_FILTER_ROWS = 3  # the window's register tiles are named variables (x0, x1, x2)
 _REGISTER_BUDGET = 160 * 4  # bytes per thread for the window, the grad_out tile and the accumulators
@@ -103,9 +104,8 @@ def _fresh_row(x_unit, x_mask, oh, ty: tl.constexpr, s_h, pad_h, dil_h, h_lim, x
 
 @triton.jit
 def _mma(x, b, acc, X_AS_B: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """acc += x @ b, or with X_AS_B its transpose b^T @ x^T (grad_out rows as the MMA's M: under 64
-    rows Triton takes mma.sync, whose operands stay in registers, instead of wgmma, which reads the
-    window tiles from shared memory and so stores them there once per use)."""
+    """acc += x @ b, or with X_AS_B its transpose b^T @ x^T (grad_out's channels as the MMA's rows:
+    mma.sync under 64 of them instead of wgmma; see MMA_ROWS)."""
     if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
         x = x.to(tl.float32)
         b = b.to(tl.float32)
