@@ -237,3 +237,13 @@ def test_a_family_floor_is_capped_by_its_launches():
     assert ev.floor("conv_bwd_weight", "igemm") == pytest.approx(0.0125)
     assert ev.floor("conv_bwd_weight", "splitk_reduce") == pytest.approx(0.0125 * (1 + C.EXTRA_LAUNCH))
     assert ev.floor("conv_bwd_weight", "splitk_atomic") == pytest.approx(0.015)
+
+
+def test_dimensionality_separates_neighbours():
+    """A 2-D layer's neighbours are 2-D ones first: the 1-D Conformer k31 depthwise layer sits a
+    dimensionality penalty further from a 2-D 7x7 depthwise one than its features alone put it."""
+    conv2d = ConvParams(2, 384, 64, 1, 1, (7, 7), (14, 14), (1, 1), (1, 1), (3, 3), (3, 3))
+    conv1d = ConvParams(1, 256, 16, 1, 1, (31,), (512,), (1,), (1,), (15,), (15,))
+    plain = C._feature_distance(C.features("conv_bwd_weight", conv2d), C.features("conv_bwd_weight", conv1d))
+    assert C.neighbor_distance("conv_bwd_weight", conv2d, conv1d) == pytest.approx(plain + C.NDIM_PENALTY)
+    assert C.NDIM_PENALTY > 0

@@ -88,6 +88,12 @@ SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"
 LAYOUT_PENALTY = 1.5  # channels-last vs channels-first layout families
 FUSED_PENALTY = 0.5
 DEVICE_PENALTY = 1.0  # a row measured on another GPU kind (used where this device has none closer)
+# 1D / 2D / 3D apart: a layer's dimensionality decides how the kernels walk it (rows, planes), but the
+# features (GEMM sizes, taps) left the 1-D Conformer k31 layer the nearest neighbour of a 2-D 7x7
+# depthwise one, whose default became dwstream at 0.39 of dwslab. `db evaluate --hide layer` (H100,
+# 1,359 problems) over the penalty: 0 0.920, 0.25 0.921, 0.5 0.924, 0.75 0.923, 1 0.923, 2 0.920;
+# at 0.5 weight depthwise 0.869 -> 0.902, below 0.5x 20 -> 16, hiding one problem unchanged (0.963).
+NDIM_PENALTY = 0.5
 NEIGHBORS_PER_KERNEL = 3
 NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
@@ -157,6 +163,7 @@ def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str 
     """Distance between problems ``p`` and ``q`` of one pass: features plus the kind penalties."""
     d = _feature_distance(features(op, p), features(op, q))
     d += 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
+    d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
     d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout) != _layout_family(q_layout) else 0.0
     return d + (FUSED_PENALTY if fused != q_fused else 0.0)
@@ -441,6 +448,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         d += LAYOUT_PENALTY if _layout_family(layout) != _layout_family(t.layout) else 0.0
         d += FUSED_PENALTY if fused != t.fused else 0.0
         d += DEVICE_PENALTY if t.foreign else 0.0
+        d += NDIM_PENALTY if t.params.ndim != params.ndim else 0.0
         near.append((d, t))
     near.sort(key=lambda x: (x[0], x[1].key))
     closest = near[:NEAREST_PROBLEMS]
