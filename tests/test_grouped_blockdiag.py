@@ -153,10 +153,16 @@ def _halve_plus(acc, d0):
     return 0.5 * acc + d0 * d0
 
 
-def test_custom_epilogue():
+def check_custom_epilogue(op: str, algorithm: str, **cfg) -> None:
+    """A user-written Triton epilogue (0.5 * acc + d0^2) through ``algorithm``'s instance with ``cfg``
+    (the grouped families' tests share it)."""
     p = shape(2, 4, 4, 4)
     layout = layout_for("nhwgc", 2).name
-    res = verify_instance(instance(OP, p, layout, "fp32", "custom", **SMALL_DATA),
-                          Case(OP, p, layout, "fp32", "custom", 1), DEV,
+    res = verify_instance(instance(op, p, layout, "fp32", "custom", algorithm, **cfg),
+                          Case(op, p, layout, "fp32", "custom", 1), DEV,
                           user_fn=_halve_plus, user_ref=lambda acc, d0: 0.5 * acc + d0 * d0)
     assert res.passed, res
+
+
+def test_custom_epilogue():
+    check_custom_epilogue(OP, "blockdiag", **SMALL_DATA)

@@ -10,10 +10,10 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+import test_grouped_blockdiag as blockdiag_tests  # noqa: E402
 import torch  # noqa: E402
-import triton  # noqa: E402
 import triton.language as tl  # noqa: E402, F401  (a @triton.jit function needs tl in its globals)
-from test_grouped_blockdiag import check, instance, shape  # noqa: E402
+from test_grouped_blockdiag import check, shape  # noqa: E402
 
 from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
@@ -21,7 +21,6 @@ from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels.grouped_roll import MAX_BLOCK_W, MAX_TAPS, BdrollDataConfig  # noqa: E402
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
-from instance_factory.verify import Case, verify_instance  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() and not interpreting(),
@@ -85,16 +84,5 @@ def test_channels_per_group(K, C):
     check(OP, shape(2, 19 if C == 1 else 3, K, C), dtype="fp16", **{**SMALL, "block_n": block_n})
 
 
-@triton.jit
-def _halve_plus(acc, d0):
-    return 0.5 * acc + d0 * d0
-
-
 def test_custom_epilogue():
-    p = shape(2, 4, 4, 4)
-    layout = layout_for("nhwgc", 2).name
-    cfg = {k: v for k, v in SMALL.items() if k != "algorithm"}
-    res = verify_instance(instance(OP, p, layout, "fp32", "custom", "bdroll", **cfg),
-                          Case(OP, p, layout, "fp32", "custom", 1), DEV,
-                          user_fn=_halve_plus, user_ref=lambda acc, d0: 0.5 * acc + d0 * d0)
-    assert res.passed, res
+    blockdiag_tests.check_custom_epilogue(OP, "bdroll", **{k: v for k, v in SMALL.items() if k != "algorithm"})

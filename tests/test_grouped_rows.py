@@ -23,7 +23,6 @@ from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels.grouped_rows import BdrowWeightConfig, row_split  # noqa: E402
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
-from instance_factory.verify import Case, verify_instance  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() and not interpreting(),
@@ -162,15 +161,5 @@ def test_fused_ops(fused, n_ds, split):
     check(shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, split=split)
 
 
-@triton.jit
-def _halve_plus(acc, d0):
-    return 0.5 * acc + d0 * d0
-
-
 def test_custom_epilogue():
-    p = shape(2, 4, 4, 4)
-    layout = layout_for("nhwgc", 2).name
-    res = verify_instance(instance(p, layout, "fp32", "custom", **{**SMALL, "split": 2}),
-                          Case(OP, p, layout, "fp32", "custom", 1), DEV,
-                          user_fn=_halve_plus, user_ref=lambda acc, d0: 0.5 * acc + d0 * d0)
-    assert res.passed, res
+    blockdiag_tests.check_custom_epilogue(OP, "bdrow", **{**SMALL, "split": 2})

@@ -12,7 +12,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import test_grouped_blockdiag as blockdiag_tests  # noqa: E402
 import torch  # noqa: E402
-import triton  # noqa: E402
 import triton.language as tl  # noqa: E402, F401  (a @triton.jit function needs tl in its globals)
 from test_direct_grouped import run_case  # noqa: E402
 from test_grouped_blockdiag import shape  # noqa: E402
@@ -28,7 +27,6 @@ from instance_factory.kernels.grouped_window import (  # noqa: E402
 )
 from instance_factory.layouts import layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
-from instance_factory.verify import Case, verify_instance  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() and not interpreting(),
@@ -158,15 +156,5 @@ def test_fused_ops(fused, n_ds, split, mma_rows):
     check(shape(2, 4, 4, 4), fused=fused, n_ds=n_ds, split=split, mma_rows=mma_rows)
 
 
-@triton.jit
-def _halve_plus(acc, d0):
-    return 0.5 * acc + d0 * d0
-
-
 def test_custom_epilogue():
-    p = shape(2, 4, 4, 4)
-    layout = layout_for("nhwgc", 2).name
-    res = verify_instance(instance(p, layout, "fp32", "custom", **{**SMALL, "split": 2}),
-                          Case(OP, p, layout, "fp32", "custom", 1), DEV,
-                          user_fn=_halve_plus, user_ref=lambda acc, d0: 0.5 * acc + d0 * d0)
-    assert res.passed, res
+    blockdiag_tests.check_custom_epilogue(OP, "bdwin", **{**SMALL, "split": 2})
