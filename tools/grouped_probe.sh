@@ -22,7 +22,8 @@ d["name"] = "grouped_only"
 yaml.safe_dump(d, open(sys.argv[1], "w"), sort_keys=False)
 PY
 tests=tests/test_grouped_${TEST_MODULE:-$FAMILY}.py
-[[ -f $tests ]] && timeout "${TEST_S:-180}" python3 -m pytest -q -n 8 -p no:cacheprovider "$tests" 2>&1 | tail -2
+[[ -f $tests ]] && timeout "${TEST_S:-180}" python3 -m pytest -q -n 8 -p no:cacheprovider "$tests" > "$R/pytest.log" 2>&1
+[[ -f $R/pytest.log ]] && tail -1 "$R/pytest.log" | tee "$R/pytest_summary.txt"  # also printed again last
 [[ -n ${SKIP_CK:-} ]] || timeout 120 python3 tools/gpu_check.py --ck --ops "$OP" --algorithms "$FAMILY" --out "$R" --tag "ck-$FAMILY" \
   --budget-s 100 2>&1 | tail -1
 timeout "${TUNE_S:-240}" python3 -m instance_factory tune "$SET" --quiet --compile-workers 12 --pass "$PASS" \
@@ -47,4 +48,5 @@ for key, rows in best.groupby("problem_key"):
     cells = "  ".join(f"{r.algorithm} {r.median_ms:.4f} ({r.cudnn_ms / r.median_ms:.2f}x)" for r in rows.itertuples())
     print(f"{key.split('|')[-1][:60]:60s} cuDNN {rows.cudnn_ms.iloc[0]:.4f}  {cells}")
 PY
+[[ -f $R/pytest_summary.txt ]] && echo "GPU tests: $(cat "$R/pytest_summary.txt")"
 tar -C "$R" -czf "$OUT/probe.tgz" .
