@@ -48,8 +48,8 @@ from .common import (
 from .grouped_blockdiag import _BlockdiagTile, _channels_ok, _decline_common, _packed, _precision, tile_groups
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "column_taps", "register_bytes", "unit_split",
-           "window_shift"]
+__all__ = ["ALGORITHM_BWD_WEIGHT", "BdwinWeightConfig", "WindowPlan", "column_taps", "register_bytes",
+           "unit_split", "window_plan", "window_shift"]
 
 #: the MMA's rows: the window's (taps x channels: 64+ rows, wgmma) or grad_out's channels (under 64
 #: rows Triton takes mma.sync). Either way the SASS passes every window tile through shared memory
@@ -311,45 +311,76 @@ def unit_split(units: int, base_programs: int, sms: int) -> int:
     return occupancy_split(base_programs, sms, 8, units)
 
 
+@dataclass(frozen=True)
+class WindowPlan:
+    """One problem's bdwin tiling, derived once for bind, decline and the cost model."""
+
+    gpt: int  # groups per tile
+    bn: int  # tile channels per column tap (next_pow2(gpt * C), at least 16)
+    bk: int  # tile grad_out channels (next_pow2(gpt * K), at least 16)
+    fz: int  # filter depth (a grid axis)
+    rows: int  # filter rows: the window
+    fx: int  # filter columns
+    txb: int  # column taps per program
+    ntb: int  # column-tap blocks per filter row
+    shift: int  # filter rows the window moves per output row
+    ho: int  # output rows a unit walks
+    wb: int  # column blocks per output row
+    units: int  # N * Do * wb
+    base: int  # programs before the split: group blocks x depth taps x column-tap blocks
+
+    @property
+    def txp(self) -> int:
+        """The column taps stacked in the tile: txb to a power of two."""
+        return triton.next_power_of_2(self.txb)
+
+
+def window_plan(p: ConvParams, block_w: int, block_n: int, taps_x: int) -> WindowPlan:
+    """The tiling of a config's ``block_w``, ``block_n`` and ``taps_x`` on ``p``."""
+    gpt, bn, bk = tile_groups(p.K, p.C, block_n)
+    fz, fy, fx = p.spatial3("filter")
+    txb = column_taps(fx, taps_x)
+    ntb = triton.cdiv(fx, txb)
+    do, ho, wo = p.spatial3("output")
+    wb = triton.cdiv(wo, block_w)
+    return WindowPlan(gpt, bn, bk, fz, fy, fx, txb, ntb,
+                      window_shift(p.spatial3("stride")[1], p.spatial3("dilation")[1], fy), ho, wb,
+                      p.N * do * wb, triton.cdiv(p.G, gpt) * fz * ntb)
+
+
 def bind_bwd_weight(args: RunArgs, force_int64: bool = False) -> Runner:
     """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once
     (``force_int64``: 64-bit offsets even where 32 bits hold them, for tests)."""
     geo, cfg = args.geo, args.cfg
     require_contiguous(args, "bdwin")
     block_w, num_warps, split = int(cfg.block_w), int(cfg.num_warps), int(cfg.split)
-    gpt, bn, bk = tile_groups(geo.K, geo.C, int(cfg.block_n))
-    fz, fy, fx = geo.filt3
-    assert fy <= MAX_FILTER_ROWS, f"declined: {fy} filter rows"
-    txb = column_taps(fx, int(cfg.taps_x))
-    ntb = triton.cdiv(fx, txb)
-    gblocks = triton.cdiv(geo.G, gpt)
+    plan = window_plan(args.params, block_w, int(cfg.block_n), int(cfg.taps_x))
+    assert plan.rows <= MAX_FILTER_ROWS, f"declined: {plan.rows} filter rows"
     do, ho, wo = geo.out3
-    wb = triton.cdiv(wo, block_w)
-    units = geo.N * do * wb
     gkc = geo.G * geo.K * geo.C
     total = geo.taps * gkc
     if split <= 0:
-        split = unit_split(units, gblocks * fz * ntb, sm_count(args.out.device))
-    split, chunk = split_chunks(split, units)
+        split = unit_split(plan.units, plan.base, sm_count(args.out.device))
+    split, chunk = split_chunks(split, plan.units)
     use_int64 = (force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT
-                 or units + chunk >= INT32_LIMIT)
+                 or plan.units + chunk >= INT32_LIMIT)
     final = split == 1
     upcast, precision = _precision(args)
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     align = geo.channel_alignment()
     main = BoundKernel(
-        _bdwin_wgrad_kernel, (gblocks, fz * ntb, split),
-        K=geo.K, C=geo.C, GPT=gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=bn, BLOCK_K=bk,
-        TXP=triton.next_power_of_2(txb), ROWS=fy, SHIFT=window_shift(geo.stride3[1], geo.dil3[1], fy),
+        _bdwin_wgrad_kernel, (triton.cdiv(geo.G, plan.gpt), plan.fz * plan.ntb, split),
+        K=geo.K, C=geo.C, GPT=plan.gpt, ALIGN=align, BLOCK_W=block_w, BLOCK_N=plan.bn, BLOCK_K=plan.bk,
+        TXP=plan.txp, ROWS=plan.rows, SHIFT=plan.shift,
         PREFETCH=bool(cfg.prefetch), X_AS_B=cfg.mma_rows == "dy",
         PACKED_X=_packed(geo.x_strides, geo.C), PACKED_Y=_packed(geo.y_strides, geo.K),
         FINAL=final, USE_INT64=use_int64, UPCAST=upcast, PRECISION=precision,
         num_warps=num_warps, num_stages=2 if do * ho == 1 else 1, **epi,
     )
-    sizes = (geo.G, units, chunk, wb, do, ho, wo, *geo.in3, fy, fx, geo.taps,
-             *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align), txb, ntb)
+    sizes = (geo.G, plan.units, chunk, plan.wb, do, ho, wo, *geo.in3, plan.rows, plan.fx, geo.taps,
+             *geo.stride3, *geo.dil3, *geo.pad3, *geo.strides_over(align), plan.txb, plan.ntb)
     finalize = None if final else finalize_launcher(split, total, use_int64, epi)
-    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, fy, fx, *geo.w_strides)
+    fin_sizes = (total, split, gkc, geo.K * geo.C, geo.C, plan.rows, plan.fx, *geo.w_strides)
     return split_runner(main, finalize, sizes, fin_sizes, split * total)
 
 
@@ -393,20 +424,18 @@ def decline(cfg: BdwinWeightConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     reason = _decline_common(cfg, p, dtype, WEIGHT_DTYPES, "conv_bwd_weight")
     if reason:
         return reason
-    fz, fy, fx = (1,) * (3 - p.ndim) + tuple(p.filter)
-    if fy > MAX_FILTER_ROWS:
-        return (f"the filter has {fy} rows: bdwin's window holds at most {MAX_FILTER_ROWS} "
+    plan = window_plan(p, cfg.block_w, cfg.block_n, cfg.taps_x)
+    if plan.rows > MAX_FILTER_ROWS:
+        return (f"the filter has {plan.rows} rows: bdwin's window holds at most {MAX_FILTER_ROWS} "
                 "(bdrow walks taller filters)")
-    if fz * triton.cdiv(fx, column_taps(fx, cfg.taps_x)) > MAX_GRID_YZ:
-        return f"the filter's {fz} depth taps x column blocks exceed the grid's {MAX_GRID_YZ}"
-    _, bn, bk = tile_groups(p.K, p.C, cfg.block_n)
-    shift = window_shift(p.stride[-2] if p.ndim > 1 else 1, p.dilation[-2] if p.ndim > 1 else 1, fy)
-    txp = triton.next_power_of_2(column_taps(fx, cfg.taps_x))
-    need = register_bytes(fy, shift, txp, bn, bk, cfg.block_w, dtype.data.itemsize, bool(cfg.prefetch))
+    if plan.fz * plan.ntb > MAX_GRID_YZ:
+        return f"the filter's {plan.fz} depth taps x column blocks exceed the grid's {MAX_GRID_YZ}"
+    need = register_bytes(plan.rows, plan.shift, plan.txp, plan.bn, plan.bk, cfg.block_w, dtype.data.itemsize,
+                          bool(cfg.prefetch))
     budget = _REGISTER_BUDGET * 32 * cfg.num_warps
     if need > budget:
-        return (f"{fy} filter rows of {fx} taps x {bn} channels x block_w={cfg.block_w} need {need // 1024} KiB of "
-                f"registers, over {budget // 1024} KiB for {cfg.num_warps} warps")
+        return (f"{plan.rows} filter rows of {plan.fx} taps x {plan.bn} channels x block_w={cfg.block_w} need "
+                f"{need // 1024} KiB of registers, over {budget // 1024} KiB for {cfg.num_warps} warps")
     return None
 
 

@@ -161,8 +161,15 @@ def _layout_family(layout: str) -> str:
 def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
                       q_layout: str = "", fused: str = "", q_fused: str = "") -> float:
     """Distance between problems ``p`` and ``q`` of one pass: features plus the kind penalties."""
-    d = _feature_distance(features(op, p), features(op, q))
-    d += 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
+    return _feature_distance(features(op, p), features(op, q)) + _kind_penalty(
+        p, q, dtype, q_dtype, layout, q_layout, fused, q_fused)
+
+
+def _kind_penalty(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layout: str, fused: str,
+                  q_fused: str) -> float:
+    """What the features do not see: another conv class, dimensionality, data type (where both are
+    named), layout family (where both are named) or fused op."""
+    d = 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
     d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
     d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout) != _layout_family(q_layout) else 0.0
@@ -437,19 +444,14 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     (ties: candidate order). ``exclude``: a problem key, or a set of them, whose evidence is ignored
     (leave-one-out)."""
     feats = features(op, params)
-    cls = conv_class(params)
     hidden = {exclude} if isinstance(exclude, str) else set(exclude or ())
     near: list[tuple[float, _Tuned]] = []
     for t in evidence.problems:
         if t.op != op or t.key in hidden:
             continue
-        d = _feature_distance(feats, t.feats) + (0.0 if conv_class(t.params) == cls else CLASS_PENALTY)
-        d += DTYPE_PENALTY[_dtype_relation(dtype, t.dtype)]
-        d += LAYOUT_PENALTY if _layout_family(layout) != _layout_family(t.layout) else 0.0
-        d += FUSED_PENALTY if fused != t.fused else 0.0
-        d += DEVICE_PENALTY if t.foreign else 0.0
-        d += NDIM_PENALTY if t.params.ndim != params.ndim else 0.0
-        near.append((d, t))
+        d = _feature_distance(feats, t.feats) + _kind_penalty(params, t.params, dtype, t.dtype, layout, t.layout,
+                                                              fused, t.fused)
+        near.append((d + (DEVICE_PENALTY if t.foreign else 0.0), t))
     near.sort(key=lambda x: (x[0], x[1].key))
     closest = near[:NEAREST_PROBLEMS]
     alg_corr: dict[str, list[tuple[float, float]]] = {}

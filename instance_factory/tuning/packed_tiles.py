@@ -17,7 +17,7 @@ import triton
 
 from ..kernels.grouped_blockdiag import tile_groups
 from ..kernels.grouped_rows import program_taps, row_split
-from ..kernels.grouped_window import column_taps, unit_split
+from ..kernels.grouped_window import unit_split, window_plan
 
 __all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
 
@@ -74,23 +74,16 @@ def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     SMs' shared-memory/L1 bandwidth, scaled by how many of ~4 resident programs per SM the grid fills
     (a small grid leaves each program's chain of rows exposed)."""
     bw = int(cfg["block_w"])
-    gpt, bn, bk = tile_groups(params.K, params.C, int(cfg["block_n"]))
-    fz, fy, fx = (1,) * (3 - len(params.filter)) + tuple(params.filter)
-    txb = column_taps(fx, int(cfg.get("taps_x", 0)))
-    txp = triton.next_power_of_2(txb)
-    ntb = triton.cdiv(fx, txb)
-    do, ho, wo = params.spatial3("output")
-    units = params.N * do * triton.cdiv(wo, bw)
-    base = triton.cdiv(params.G, gpt) * fz * ntb
-    split = int(cfg.get("split", 0) or 0) or unit_split(units, base, sms)
-    split = max(1, min(split, units))
-    rows = base * units * ho  # program row steps
-    padded = 2.0 * rows * fy * txp * bn * bk * bw
-    window = fy * txp * bn * bw * elem_bytes * 2  # stored to shared memory, read by the MMA
-    grad_out = (fy + 1) * bw * bk * elem_bytes
-    run = max(1, gpt * params.C * elem_bytes)  # contiguous bytes of one position's channels
-    loads = txb * bn * bw * elem_bytes * max(1.0, _LINE / run)
-    programs = base * split
+    plan = window_plan(params, bw, int(cfg["block_n"]), int(cfg.get("taps_x", 0)))
+    split = int(cfg.get("split", 0) or 0) or unit_split(plan.units, plan.base, sms)
+    split = max(1, min(split, plan.units))
+    rows = plan.base * plan.units * plan.ho  # program row steps
+    padded = 2.0 * rows * plan.rows * plan.txp * plan.bn * plan.bk * bw
+    window = plan.rows * plan.txp * plan.bn * bw * elem_bytes * 2  # stored to shared memory, read by the MMA
+    grad_out = (plan.rows + 1) * bw * plan.bk * elem_bytes
+    run = max(1, plan.gpt * params.C * elem_bytes)  # contiguous bytes of one position's channels
+    loads = plan.txb * plan.bn * bw * elem_bytes * max(1.0, _LINE / run)
+    programs = plan.base * split
     slots = _RESIDENT * sms
     occupancy = programs / (triton.cdiv(programs, slots) * slots)
     pipe_s = rows * (window + grad_out + loads) / (SMEM_PIPE_BW * occupancy)
