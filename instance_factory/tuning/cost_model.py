@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
@@ -49,7 +50,7 @@ MAX_SPLIT = 64
 # call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound. pointwise (bwd
 # data, session 14) and shift (bwd weight, session 15) build the same two descriptors per call.
 HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03,
-                ("conv_bwd_weight", "shift"): 0.03}
+                ("conv_bwd_weight", "shift"): 0.03, ("conv_bwd_weight", "pointwise"): 0.03}
 
 # Kernel launches per call of the bwd-weight GEMM families. A family's measured floor (its fastest
 # row) says how small its evidence went, not what one call costs: igemm (one launch) is only ever
@@ -71,7 +72,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
-            ("conv_bwd_weight", "bdwin"): 2,
+            ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4, ("conv_bwd_data", "cfirst"): 1,
             ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
@@ -239,14 +240,17 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
                 k = params.N * _cdiv(math.prod(params.output), bk) * bk
         split = int(cfg.get("split_k", 1) or 0)
         stream = cfg.get("schedule") == "stream"  # equal step shares on every SM, atomic adds of partial tiles
-        if stream:
+        serial_s = 0.0
+        if op == "conv_bwd_weight" and algorithm == "pointwise":  # its own split rule, whole boxes
+            k, split, serial_s = pointwise_work(params, cfg, sms)
+        elif stream:
             split = 1
         elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
         programs = tiles * split
         fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
         padded = 2.0 * tiles * bm * bn * k
-        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
         if stream:  # zeroed fp32 workspace read back once, a partial tile added per share boundary
             mem_s += 4 * (2 * params.numel("weight") + (tiles + sms) * bm * bn) / MEM_BW
