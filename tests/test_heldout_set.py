@@ -1,4 +1,5 @@
-"""The held-out problem set (configs/problem_sets/heldout.yaml) stays out of the shipped database."""
+"""The held-out problem sets (configs/problem_sets/heldout.yaml, heldout_1x1.yaml) stay out of the shipped
+database and of every tuned problem set."""
 
 from pathlib import Path
 
@@ -11,8 +12,11 @@ from instance_factory.tuning.problem_sets import expand_problem_set, list_proble
 ROOT = Path(__file__).resolve().parent.parent
 
 
+HELDOUT_SETS = ("heldout", "heldout_1x1")
+
+
 def heldout_problems():
-    return expand_problem_set("heldout")
+    return [p for name in HELDOUT_SETS for p in expand_problem_set(name)]
 
 
 def test_heldout_covers_every_class_ndim_and_both_passes():
@@ -33,9 +37,9 @@ def test_no_heldout_problem_is_in_the_shipped_database(db):
 
 
 def test_heldout_layers_are_in_no_tuned_problem_set():
-    held = {e["params"] for e in load_problem_set("heldout")["problems"]}
+    held = {e["params"] for name in HELDOUT_SETS for e in load_problem_set(name)["problems"]}
     for name in list_problem_sets():
-        if name == "heldout":
+        if name in HELDOUT_SETS:
             continue
         others = {e["params"] for e in load_problem_set(name)["problems"]}
         assert not held & others, f"problem set {name} shares layers with the held-out set"
