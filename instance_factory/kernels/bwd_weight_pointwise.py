@@ -78,13 +78,11 @@ _PROGRAM_OVERHEAD_CHUNKS = 6
 _ONE = tl.constexpr(0)  # one split: epilogue from the accumulator
 _LAST_SUMS = tl.constexpr(1)  # the last split to arrive sums the slabs (one launch)
 _SLABS = tl.constexpr(2)  # slabs only; a reduce pass sums them (two launches, the sum spread over the GPU)
-_REDUCE_TILE_ELEMS = 2048  # elements of a tile one reduce program sums
+_REDUCE_TILE_ELEMS = 2048
 # Session 23 (H100, Triton 3.6): 128x256 tiles over boxes of several rows (strided layers, rows under
 # 64 positions) gave relative errors of 1e-3 to 0.15 on 52 of 273 runs over 9 layers; 128x128 and
-# smaller tiles passed all 504 such runs, and 128x256 over single-row boxes all of its 2,240. Tiles of
-# this size therefore read a strided layer's input from a packed copy of the positions it reads (one
-# run, single-row boxes); smaller tiles walk the strided rows directly.
-_GATHER_TILE = 32768
+# smaller tiles passed all 504 such runs, and 128x256 over single-row boxes all of its 2,240.
+_MULTI_ROW_TILE_LIMIT = 32768  # elements of a tile one reduce program sums
 REDUCES = ("last", "pass")
 
 
@@ -228,12 +226,9 @@ def _pow2_at_least(v: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def walk_of(params: ConvParams, layout: LayoutTriple, gather: bool = False) -> tuple | str:
-    """((dy shape, strides), (x shape, strides), gathered) with dy and x as [G, A, B, W, ch] views over
-    the same position index, merged as far as both tensors' strides allow; or why the layer cannot
-    run here. ``gather``: when a stride keeps the input positions from merging into grad_out's one
-    run, x is instead read from a packed copy of them, and ``gathered`` is the (sizes, strides) of the
-    strided input view to copy ((N, Do, Ho, Wo, G, C) in elements); else None."""
+def walk_of(params: ConvParams, layout: LayoutTriple) -> tuple | str:
+    """((dy shape, strides), (x shape, strides)) as [G, A, B, W, ch] views over the same position
+    index, merged as far as both tensors' strides allow, or why the layer cannot run here."""
     geo = ConvGeometry.build(params, layout)
     gy, ny, ky, dy_, hy, wy = geo.y_strides
     gx, nx, cx, dx, hx, wx = geo.x_strides
@@ -241,15 +236,7 @@ def walk_of(params: ConvParams, layout: LayoutTriple, gather: bool = False) -> t
         return (f"pointwise bwd weight needs grad_out and input with unit channel strides (the NHWGC / GNHWC "
                 f"families); layout {layout.name} has neither or one")
     sd, sh, sw = geo.stride3
-    positions = (geo.N, *geo.out3)
-    x_steps = (nx, dx * sd, hx * sh, wx * sw)
-    axes = merge_positions(positions, (ny, dy_, hy, wy), x_steps)
-    gathered = None
-    if gather and len(axes) > 1 and len(merge_positions(positions, (ny, dy_, hy, wy))) == 1:
-        p_all = math.prod(positions)
-        axes = [(p_all, merge_positions(positions, (ny, dy_, hy, wy))[0][1], geo.G * geo.C)]
-        gathered = ((*positions, geo.G, geo.C), (*x_steps, gx, cx))
-        gx = geo.C  # the packed copy is (N, Do, Ho, Wo, G, C)
+    axes = merge_positions((geo.N, *geo.out3), (ny, dy_, hy, wy), (nx, dx * sd, hx * sh, wx * sw))
     if len(axes) > 3:
         return (f"pointwise bwd weight walks at most three position axes; {layout.name} with stride "
                 f"{params.stride} leaves {len(axes)}")
@@ -257,7 +244,7 @@ def walk_of(params: ConvParams, layout: LayoutTriple, gather: bool = False) -> t
     (a, ya, xa), (b, yb, xb), (w, yw, xw) = axes
     dy = [geo.G, a, b, w, geo.K], [gy, ya, yb, yw, 1]
     x = [geo.G, a, b, w, geo.C], [gx, xa, xb, xw, 1]
-    return dy, x, gathered
+    return dy, x
 
 
 def box_of(width: int, block_k: int) -> tuple[int, int]:
@@ -267,21 +254,9 @@ def box_of(width: int, block_k: int) -> tuple[int, int]:
     return block_k // box_w, box_w
 
 
-def _needs_gather(cfg: BwdWeightPointwiseConfig, params: ConvParams, layout: LayoutTriple) -> bool:
-    """A tile of _GATHER_TILE elements or more on a layer whose walk needs boxes of several rows."""
-    if cfg.block_m * cfg.block_n < _GATHER_TILE:
-        return False
+def _views(params: ConvParams, layout: LayoutTriple, dtype: DataType) -> tuple | str:
     walk = walk_of(params, layout)
-    return not isinstance(walk, str) and box_of(walk[0][0][3], cfg.block_k)[0] > 1
-
-
-def _views(cfg: BwdWeightPointwiseConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType) -> tuple | str:
-    """(dy view, x view, gathered) ready for TMA descriptors, or why not."""
-    walk = walk_of(params, layout, _needs_gather(cfg, params, layout))
-    if isinstance(walk, str):
-        return walk
-    ready = tma_ready(walk[:2], dtype.data.itemsize, params, dtype.name)
-    return ready if isinstance(ready, str) else (*ready, walk[2])
+    return walk if isinstance(walk, str) else tma_ready(walk, dtype.data.itemsize, params, dtype.name)
 
 
 def decline(cfg: BwdWeightPointwiseConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -295,13 +270,12 @@ def decline(cfg: BwdWeightPointwiseConfig, params: ConvParams, layout: LayoutTri
     if any(f != 1 for f in params.filter) or any(params.left_pad) or any(params.right_pad):
         return (f"pointwise bwd weight is the GEMM of a 1x1 filter without padding; the problem has filter "
                 f"{params.filter}, padding {params.left_pad}/{params.right_pad}")
-    views = _views(cfg, params, layout, dtype)
+    views = _views(params, layout, dtype)
     if isinstance(views, str):
         return views
-    if cfg.block_m * cfg.block_n >= _GATHER_TILE and box_of(views[0][0][3], cfg.block_k)[0] > 1:
+    if cfg.block_m * cfg.block_n >= _MULTI_ROW_TILE_LIMIT and box_of(views[0][0][3], cfg.block_k)[0] > 1:
         return (f"m{cfg.block_m} n{cfg.block_n} tiles over boxes of several rows (rows of {views[0][0][3]} "
-                f"positions, stride {params.stride}) gave wrong results on Triton 3.6 (H100), and the input "
-                f"positions cannot be gathered into grad_out's single run here; smaller tiles run it")
+                f"positions, stride {params.stride}) gave wrong results on Triton 3.6 (H100); smaller tiles run it")
     need = cfg.smem_bytes(dtype.data.itemsize)
     if need > SMEM_PER_BLOCK:
         return (f"m{cfg.block_m} n{cfg.block_n} k{cfg.block_k} with num_stages={cfg.num_stages} needs "
@@ -335,7 +309,7 @@ def choose_split(tiles: int, chunks: int, sms: int, per_sm: int = 1, most: int =
 def plan(params: ConvParams, cfg: BwdWeightPointwiseConfig, layout: LayoutTriple, sms: int) -> tuple[int, int, int]:
     """(tiles, chunks, split) of a problem this config runs: the split the launch takes (the
     config's, or the automatic one), clipped so that every split has chunks. The cost model asks too."""
-    walk = walk_of(params, layout, _needs_gather(cfg, params, layout))
+    walk = walk_of(params, layout)
     _, a, b, w, _ = walk[0][0]
     box_r, box_w = box_of(w, cfg.block_k)
     chunks = a * triton.cdiv(b, box_r) * triton.cdiv(w, box_w)
@@ -350,26 +324,22 @@ def plan(params: ConvParams, cfg: BwdWeightPointwiseConfig, layout: LayoutTriple
 # up to 64 KiB, 4 us for a 128x256 tile's 128 KiB, where the accumulator leaves no registers to spare)
 _SERIAL_SLAB_S = 0.7e-6
 _SERIAL_SLAB_BIG_S = 4e-6
-_COPY_BYTES_S = 2.5e12  # a strided copy's bytes per second (read + write), H100 class
 
 
 @functools.lru_cache(maxsize=8192)
 def _model_work(params: ConvParams, values: tuple, sms: int) -> tuple[int, int, float]:
     cfg = BwdWeightPointwiseConfig(**dict(values))
-    layout = layout_for("nhwgc", params.ndim)
-    _, chunks, split = plan(params, cfg, layout, sms)
-    extra = 0.0
+    _, chunks, split = plan(params, cfg, layout_for("nhwgc", params.ndim), sms)
+    serial = 0.0
     if split > 1 and cfg.reduce == "last":
-        extra = split * (_SERIAL_SLAB_BIG_S if cfg.block_m * cfg.block_n >= _GATHER_TILE else _SERIAL_SLAB_S)
-    if _needs_gather(cfg, params, layout):  # the packed copy of the input positions: read and written once
-        extra += 2 * 2 * params.N * math.prod(params.output) * params.G * params.C / _COPY_BYTES_S
-    return chunks * cfg.block_k, split, extra
+        serial = split * (_SERIAL_SLAB_BIG_S if cfg.block_m * cfg.block_n >= 32768 else _SERIAL_SLAB_S)
+    return chunks * cfg.block_k, split, serial
 
 
 def model_work(params: ConvParams, cfg: Mapping[str, Any], sms: int) -> tuple[int, int, float]:
     """For the cost model: (positions the GEMM reduces, boxes rounded; the split it launches; seconds
-    outside the GEMM: the last program reading the slabs alone (reduce "last"), the packed copy of a
-    strided layer's input positions) of ``cfg`` (its values) on ``params`` with channels-last tensors."""
+    the last program spends reading the slabs alone, 0 with the reduce pass) of ``cfg`` (its values)
+    on ``params`` with channels-last tensors."""
     names = BwdWeightPointwiseConfig.param_names()
     return _model_work(params, tuple((n, cfg[n]) for n in names), sms)
 
@@ -400,7 +370,7 @@ def bind(args: RunArgs) -> Runner:
     if why is not None:
         raise ValueError(f"bwd-weight pointwise instance cannot run {p.key()}: {why}")
     dev = check_tensors(args).device
-    dy_view, x_view, gathered = _views(cfg, p, args.layout, dt)
+    dy_view, x_view = _views(p, args.layout, dt)
     _, a, b, w, _ = dy_view[0]
     bm, bn = cfg.block_m, cfg.block_n
     box_r, box_w = box_of(w, cfg.block_k)
@@ -430,8 +400,6 @@ def bind(args: RunArgs) -> Runner:
     reduce_scalars = (geo.K, geo.C, tiles_m, tiles_n, tiles, split, ws_g, ws_k, ws_c)
 
     def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        if gathered is not None:  # the positions a strided layer reads, packed: one run like grad_out's
-            x = torch.as_strided(x, *gathered).contiguous()
         ws = torch.empty(slab_numel, dtype=torch.float32, device=out.device)
         cnt = _counters(out.device, tiles) if mode == _LAST_SUMS else ws
         d = epilogue_args(ds, out)
