@@ -350,7 +350,11 @@ _COUNTERS_LOCK = threading.Lock()
 
 def _counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Zeroed int32 arrival counters for ``tiles`` tiles, one buffer per (device, stream): launches on
-    one stream run in order, and each leaves its counters at zero again."""
+    one stream run in order, and each leaves its counters at zero again. Inside CUDA graph capture a
+    buffer of the graph's own (its zeroing is captured too), never cached: the graph's memory pool
+    goes away with the graph."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.zeros(tiles, dtype=torch.int32, device=device)
     stream = torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0
     key = (str(device), stream)
     buf = _COUNTERS.get(key)

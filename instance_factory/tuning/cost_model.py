@@ -48,9 +48,8 @@ MAX_SPLIT = 64
 # Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
 # time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
 # call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound. pointwise (bwd
-# data, session 14) and shift (bwd weight, session 15) build the same two descriptors per call. Not
-# bwd-weight pointwise (session 23, H100, a 64x64 1x1 layer, public call with the instance given): 43.8 us
-# a call, igemm 44.3, tma 39.0 (its descriptor templates, session 10, removed most of the gap).
+# data, session 14) and shift (bwd weight, session 15) build the same two descriptors per call. Not bwd-weight
+# pointwise: 43.8 us a call, igemm 44.3, tma 39.0 (session 23, H100, a 64x64 1x1 layer, instance given).
 HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03,
                 ("conv_bwd_weight", "shift"): 0.03}
 
@@ -242,10 +241,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
                 k = params.N * _cdiv(math.prod(params.output), bk) * bk
         split = int(cfg.get("split_k", 1) or 0)
         stream = cfg.get("schedule") == "stream"  # equal step shares on every SM, atomic adds of partial tiles
-        serial_s = 0.0
-        if op == "conv_bwd_weight" and algorithm == "pointwise":  # its own split rule, whole boxes
-            k, split, serial_s = pointwise_work(params, cfg, sms)
-        elif stream:
+        pointwise = op == "conv_bwd_weight" and algorithm == "pointwise"  # its own split rule, whole boxes
+        k, split, serial_s = pointwise_work(params, cfg, sms) if pointwise else (k, split, 0.0)
+        if stream:
             split = 1
         elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
