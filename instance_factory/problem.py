@@ -130,12 +130,13 @@ class ConvParams:
         return (neutral,) * (3 - self.ndim) + tuple(vals)  # type: ignore[return-value]
 
     @property
+    def is_1x1_pad0(self) -> bool:
+        """A 1x1(x1) filter without padding, any stride: every output position reads one input position."""
+        return all(f == 1 for f in self.filter) and all(p == 0 for p in self.left_pad + self.right_pad)
+
+    @property
     def is_1x1_stride1_pad0(self) -> bool:
-        return (
-            all(f == 1 for f in self.filter)
-            and all(s == 1 for s in self.stride)
-            and all(p == 0 for p in self.left_pad + self.right_pad)
-        )
+        return self.is_1x1_pad0 and all(s == 1 for s in self.stride)
 
     # --- canonical key (MIOpen style: fixed order, suffix-only evolution) ------------------
     def key(self) -> str:

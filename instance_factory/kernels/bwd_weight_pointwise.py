@@ -52,15 +52,15 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
-from .bwd_data_tma import TensorDescriptor, _with_base, descriptor_template, tma_ready
+from .bwd_data_tma import _with_base, descriptor_template, tma_ready
 from .bwd_weight_igemm_plan import check_tensors
+from .bwd_weight_tma import tma_wgrad_reason
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, merge_positions, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightPointwiseConfig", "bind", "box_of", "choose_split", "decline", "model_work", "plan",
            "programs_per_sm", "walk_of"]
 
 OP_NAME = "conv_bwd_weight"
-_DTYPES = ("fp16", "bf16", "bf16_fp32w")
 _MAX_BOX = 256  # TMA: at most 256 elements per box dim
 _MAX_GRID = 2**31 - 1
 # Layers with a small dW and many positions (MobileNetV2's 16x32 1x1 at 112x112: one tile, 12,544
@@ -254,20 +254,24 @@ def box_of(width: int, block_k: int) -> tuple[int, int]:
     return block_k // box_w, box_w
 
 
-def _views(params: ConvParams, layout: LayoutTriple, dtype: DataType) -> tuple | str:
+@functools.lru_cache(maxsize=1024)
+def _ready_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
     walk = walk_of(params, layout)
-    return walk if isinstance(walk, str) else tma_ready(walk, dtype.data.itemsize, params, dtype.name)
+    return walk if isinstance(walk, str) else tma_ready(walk, elem, params, dtype_name)
+
+
+def _views(params: ConvParams, layout: LayoutTriple, dtype: DataType) -> tuple | str:
+    """(dy view, x view) with TMA-aligned strides, or why not. Cached: every config of a problem asks
+    (decline), then bind."""
+    return _ready_views(params, layout, dtype.data.itemsize, dtype.name)
 
 
 def decline(cfg: BwdWeightPointwiseConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
-    if TensorDescriptor is None:
-        return "pointwise needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
-    if dtype.name not in _DTYPES:
-        return (f"pointwise bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
-                f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(_DTYPES)})")
-    if any(f != 1 for f in params.filter) or any(params.left_pad) or any(params.right_pad):
+    if (why := tma_wgrad_reason("pointwise", dtype)) is not None:
+        return why
+    if not params.is_1x1_pad0:
         return (f"pointwise bwd weight is the GEMM of a 1x1 filter without padding; the problem has filter "
                 f"{params.filter}, padding {params.left_pad}/{params.right_pad}")
     views = _views(params, layout, dtype)

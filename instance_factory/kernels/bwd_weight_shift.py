@@ -47,16 +47,15 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bwd_data_tma import TensorDescriptor, _with_base, channels_last_view, descriptor_template, tma_ready
+from .bwd_data_tma import _with_base, channels_last_view, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .bwd_weight_tma import MIN_GROUP_CHANNELS
+from .bwd_weight_tma import MIN_GROUP_CHANNELS, tma_wgrad_reason
 from .host import INT32_LIMIT, GemmTileConfig, is_pow2, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightShiftConfig", "bind", "decline", "plane_plan"]
 
 OP_NAME = "conv_bwd_weight"
-_DTYPES = ("fp16", "bf16", "bf16_fp32w")
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _MODE_STREAM = 3  # equal shares of all steps per program, atomic adds into one fp32 workspace
@@ -373,11 +372,8 @@ def reduction_positions(params: ConvParams, block_k: int) -> int:
 def decline(cfg: BwdWeightShiftConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
-    if TensorDescriptor is None:
-        return "shift needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
-    if dtype.name not in _DTYPES:
-        return (f"shift bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
-                f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(_DTYPES)})")
+    if (why := tma_wgrad_reason("shift", dtype)) is not None:
+        return why
     if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
         return (f"shift tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per group, "
                 f"got C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")

@@ -47,10 +47,11 @@ from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .host import INT32_LIMIT, GemmTileConfig, is_pow2, merge_positions, operand_smem_bytes, sm_count
 
-__all__ = ["ALGORITHM", "BwdWeightTmaConfig", "bind", "choose_split", "decline"]
+__all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "BwdWeightTmaConfig", "bind", "choose_split", "decline", "tma_wgrad_reason"]
 
 OP_NAME = "conv_bwd_weight"
-_DTYPES = ("fp16", "bf16", "bf16_fp32w")
+# the dtypes of the TMA bwd-weight families: wgmma reads a transposed operand from shared memory for 16-bit data only
+TMA_WGRAD_DTYPES = ("fp16", "bf16", "bf16_fp32w")
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _MAX_GRID = 2**31 - 1
@@ -206,9 +207,15 @@ class BwdWeightTmaConfig(GemmTileConfig):
         return self.fit_reason(max_acc_regs=256)
 
 
-def _is_pointwise(params: ConvParams) -> bool:
-    """A 1x1(x1) filter without padding: every output position reads one input position."""
-    return all(f == 1 for f in params.filter) and not any(params.left_pad) and not any(params.right_pad)
+def tma_wgrad_reason(family: str, dtype: DataType) -> str | None:
+    """Why the TMA bwd-weight families (tma, shift, pointwise) cannot run ``dtype`` here, or None: they
+    need Triton's host tensor descriptors and 16-bit data."""
+    if TensorDescriptor is None:
+        return f"{family} needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
+    if dtype.name not in TMA_WGRAD_DTYPES:
+        return (f"{family} bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
+                f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(TMA_WGRAD_DTYPES)})")
+    return None
 
 
 def _pointwise_walk(geo: ConvGeometry) -> tuple[list, list, tuple[int, ...]] | None:
@@ -237,7 +244,7 @@ def walk_width(params: ConvParams) -> int:
     """Positions per walked row with packed channels-last (NHWGC) tensors: the boxes' row (the cost
     model rounds the reduction to whole block_k-wide boxes of it). Cached: the cost model asks for
     every tma candidate it ranks."""
-    if _is_pointwise(params):
+    if params.is_1x1_pad0:
         walk = _pointwise_walk(ConvGeometry.build(params, layout_for("nhwgc", params.ndim)))
         if walk is not None:
             return walk[2][5]
@@ -251,7 +258,7 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
     pointwise filter the merged positions of :func:`_pointwise_walk`. Cached: every tma config of a
     problem asks (decline), then bind."""
     geo = ConvGeometry.build(params, layout)
-    pointwise = _pointwise_walk(geo) if _is_pointwise(params) else None
+    pointwise = _pointwise_walk(geo) if params.is_1x1_pad0 else None
     if pointwise is not None:
         dy, x, walk = pointwise
     elif params.stride[-1] != 1:
@@ -270,11 +277,8 @@ def _tma_views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: 
 def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
-    if TensorDescriptor is None:
-        return "tma needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
-    if dtype.name not in _DTYPES:
-        return (f"tma bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
-                f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(_DTYPES)})")
+    if (why := tma_wgrad_reason("tma", dtype)) is not None:
+        return why
     if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
         return (f"tma tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per group, got "
                 f"C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
