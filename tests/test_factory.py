@@ -155,8 +155,8 @@ def test_every_kernel_has_a_typed_frozen_config():
 
     get_registry()  # loads every kernel module
     shipped = [key for key, alg in ALGORITHMS.items() if alg.config.__module__.startswith("instance_factory.")]
-    assert len(shipped) == 27 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "padx",
-                                                               "direct", "depthwise", "dwstream", "dwslide", "dwslab", "dwroll",
+    assert len(shipped) == 28 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "padx",
+                                                               "direct", "depthwise", "dwstream", "dwslide", "dwslab", "dwroll", "dwtaps",
                                                                "blockdiag", "bdtap", "bdroll", "bdrow", "bdwin", "tma", "pointwise", "shift", "relayout",
                                                                "cfirst"}
     for key in shipped:

@@ -269,9 +269,9 @@ def test_order_candidates_puts_likely_fast_ones_first():
                                                     (1, 1), (1, 1)), LAYOUT, "bf16")
     run, _ = get_registry().candidates(depthwise.op, depthwise.params, LAYOUT, "bf16", "passthrough")
     order = C.order_candidates(depthwise, run)
-    n_direct = sum(i.algorithm in ("direct", "dwroll") for i in run)
+    n_direct = sum(i.algorithm in ("direct", "dwroll", "dwtaps") for i in run)
     assert 0 < n_direct < len(run) and sorted(i.name for i in order) == sorted(i.name for i in run)
-    assert {i.algorithm for i in order[:n_direct]} == {"direct", "dwroll"}  # C = K = 1: the direct-style ones first
+    assert {i.algorithm for i in order[:n_direct]} == {"direct", "dwroll", "dwtaps"}  # C = K = 1: the direct-style ones first
     tc = order[n_direct:]  # then the tensor-core tiles, smallest padding waste (block_n vs C = 1) first
     assert tc[0].cfg["block_n"] == min(i.cfg["block_n"] for i in tc)
 

@@ -38,6 +38,8 @@ from instance_factory.tuning.problem_sets import Problem
 PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's worst depthwise layer
     "convnext_s1_7x7": ConvParams(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3)),
     "convnext_s3_7x7": ConvParams(2, 384, 64, 1, 1, (7, 7), (14, 14), (1, 1), (1, 1), (3, 3), (3, 3)),
+    "convnext_s2_7x7": ConvParams(2, 192, 64, 1, 1, (7, 7), (28, 28), (1, 1), (1, 1), (3, 3), (3, 3)),
+    "effnet_b5_5x5_14": ConvParams(2, 672, 64, 1, 1, (5, 5), (14, 14), (1, 1), (1, 1), (2, 2), (2, 2)),
     "effnet_b4_3x3_14": ConvParams(2, 480, 64, 1, 1, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1)),
     "effnet_b1_3x3_s2": ConvParams(2, 96, 64, 1, 1, (3, 3), (112, 112), (2, 2), (1, 1), (1, 1), (1, 1)),
     "mnv2_g144_56": ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)),
