@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kernel contract", ("algorithms", "fast_launch", "kernel_config")),
     ("kernels", ("kernels", "kernels.*")),
     ("instances", ("instance", "factory", "registry")),
-    ("run time", ("ops", "tuning.lookup", "tuning.cost_model", "tuning.packed_tiles", "tuning.database", "tuning.schema",
+    ("run time", ("ops", "tuning.lookup", "tuning.cost_model", "tuning.packed_tiles", "tuning.walk_model", "tuning.database", "tuning.schema",
                   "tuning.storage")),
     ("verification harness", ("harness", "harness.*")),
     ("tuning", ("verify", "tuning", "tuning.*")),

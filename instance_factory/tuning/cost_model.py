@@ -33,6 +33,7 @@ from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
+from .walk_model import ROLL_WALKS, roll_walk_s
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
@@ -42,8 +43,7 @@ __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class",
 PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
 CUDA_CORE_FLOPS = 50e12  # algorithms without tensor-core tiles (direct, depthwise)
 MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
-DEFAULT_SMS = 132
-MAX_SPLIT = 64
+DEFAULT_SMS, MAX_SPLIT = 132, 64
 
 # Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
 # time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
@@ -78,8 +78,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
-#: bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
-TAPS_IN_COLUMNS = ("two_stage", "padx")
+TAPS_IN_COLUMNS = ("two_stage", "padx")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 
 # ---- neighbour search -----------------------------------------------------------------------
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
@@ -275,8 +274,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
-    else:
-        compute_s = params.flops() / CUDA_CORE_FLOPS
+    else:  # CUDA-core kernels; the rolling-row walks by the warps their grid keeps resident
+        walk_s = roll_walk_s(params, cfg, CUDA_CORE_FLOPS, sms) if algorithm in ROLL_WALKS else None
+        compute_s = params.flops() / CUDA_CORE_FLOPS if walk_s is None else walk_s
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
 
 

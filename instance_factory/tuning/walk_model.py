@@ -1,0 +1,64 @@
+"""The cost model's term for the rolling-row depthwise dgrad walks (``dwroll``, ``dwtaps``).
+
+These kernels run on CUDA cores and, on the H100, are bound by instruction latency at low
+occupancy (session 24: the best ConvNeXt-T configs leave ~2.5 warps per scheduler), so their time
+depends on how many warps the grid keeps resident, not only on the FLOPs: a whole-phase walk of a
+112x112 layer with G = 32 launched 128 programs (under one per SM) and ran at half the speed of
+16-row strips. Without this term every config of a family got the same prediction and the
+neighbours' corrections chose between them by what was fast on other layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..kernels.depthwise_roll import row_slots
+
+__all__ = ["ROLL_WALKS", "WARPS_TO_SATURATE", "roll_walk_s"]
+
+#: the bwd-data families that walk grad_out rows with rolling accumulator slots
+ROLL_WALKS = ("dwroll", "dwtaps")
+# resident warps per SM from which the FMA pipes stay busy. `db evaluate --hide layer` over depthwise
+# dgrad (H100 file, 130 problems; 0.896 without this term): 8 0.887, 16 0.888, 32 0.911, 48 0.914,
+# 64 0.918, 128 0.913. These kernels' latency is hidden only by warps, up to full occupancy.
+WARPS_TO_SATURATE = 64
+_REGISTERS = 65536  # per SM
+_MAX_WARPS = 64  # per SM
+_BASE_REGS = 32  # per thread besides the accumulator slots and the loaded tile
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def roll_walk_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: int) -> float | None:
+    """Seconds of one rolling-row walk: the grid's programs (each ``rows`` + slots - 1 steps of
+    block_w x block_ch x slots x W taps x D taps FMAs) over the SMs, each SM's FMA rate scaled by the
+    warps resident on it up to :data:`WARPS_TO_SATURATE`; None when the config is not such a walk."""
+    try:
+        bw, bch, warps = int(cfg["block_w"]), int(cfg["block_ch"]), int(cfg["num_warps"])
+        rows = int(cfg["rows"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    din, hin, win = (1, 1, *params.input)[-3:]
+    s_d, s_h, s_w = (1, 1, *params.stride)[-3:]
+    _, d_h, d_w = (1, 1, *params.dilation)[-3:]
+    fz, fy, fx = (1, 1, *params.filter)[-3:]
+    slots = row_slots(fy, s_h, d_h)
+    if not slots:
+        return None
+    w_taps = _cdiv(fx, s_w // math.gcd(s_w, d_w))
+    phase_rows = _cdiv(hin, s_h)
+    rows = rows or phase_rows
+    programs = (params.N * din * min(s_h, hin) * _cdiv(phase_rows, rows) * _cdiv(params.G, bch)
+                * _cdiv(_cdiv(win, s_w), bw) * min(s_w, win))
+    per_program = 2.0 * (rows + slots - 1) * bw * bch * slots * w_taps * fz
+    per_thread = bw * bch / (32 * warps)
+    regs = (slots + 2) * per_thread + _BASE_REGS
+    fit = max(1, min(_MAX_WARPS, int(_REGISTERS // (32 * regs))) // warps)  # programs an SM holds
+    resident = min(fit, _cdiv(programs, sms))
+    waves = _cdiv(programs, sms * resident)
+    rate = flops_per_s / sms * min(1.0, resident * warps / WARPS_TO_SATURATE)
+    return waves * resident * per_program / rate

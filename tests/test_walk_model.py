@@ -1,0 +1,34 @@
+"""The cost model's rolling-row walk term (tuning/walk_model.py): grid fill, strips, declines."""
+
+from instance_factory.problem import ConvParams
+from instance_factory.tuning import cost_model as cm
+from instance_factory.tuning.walk_model import roll_walk_s
+
+# MobileNetV2's G32 112x112 3x3 depthwise layer at N 64: a whole-phase walk of 64-wide tiles and 32
+# channels has 128 programs (under one per SM); 16-row strips of 32-wide tiles have 3,136
+LAYER = ConvParams(2, 32, 64, 1, 1, (3, 3), (112, 112), (1, 1), (1, 1), (1, 1), (1, 1))
+WHOLE = dict(block_w=64, block_ch=32, rows=0, num_warps=4)
+STRIPS = dict(block_w=32, block_ch=32, rows=16, num_warps=2)
+
+
+def test_a_grid_under_the_sms_is_modelled_slower():
+    whole = roll_walk_s(LAYER, WHOLE, 50e12, 132)
+    strips = roll_walk_s(LAYER, STRIPS, 50e12, 132)
+    assert whole > 2 * strips  # measured on the H100 (session 24): 0.53 of the strips' speed
+    # the model's time for these families is this term (the problem's FLOPs alone are config-blind)
+    assert cm.model_ms("conv_bwd_data", LAYER, "bf16", "dwtaps", WHOLE) > cm.model_ms(
+        "conv_bwd_data", LAYER, "bf16", "dwtaps", STRIPS)
+
+
+def test_strip_halo_and_batch():
+    """Shorter strips repeat the slots' warm-up rows; a bigger batch fills more of the GPU per row."""
+    big = ConvParams(2, 32, 512, 1, 1, (3, 3), (112, 112), (1, 1), (1, 1), (1, 1), (1, 1))
+    one_row = dict(STRIPS, rows=1)
+    assert roll_walk_s(big, one_row, 50e12, 132) > roll_walk_s(big, STRIPS, 50e12, 132)
+    assert roll_walk_s(big, WHOLE, 50e12, 132) < 8 * roll_walk_s(LAYER, WHOLE, 50e12, 132)
+
+
+def test_not_a_walk():
+    dilated = ConvParams(2, 32, 64, 1, 1, (3, 3), (28, 28), (1, 1), (2, 2), (2, 2), (2, 2))
+    assert roll_walk_s(dilated, STRIPS, 50e12, 132) is None  # dilation 2 at stride 1: not a rolling walk
+    assert roll_walk_s(LAYER, dict(block_p=64, block_ch=64, num_warps=4), 50e12, 132) is None
