@@ -2,7 +2,7 @@
 
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import cost_model as cm
-from instance_factory.tuning.walk_model import roll_walk_s
+from instance_factory.tuning.walk_model import direct_data_s, roll_walk_s
 
 # MobileNetV2's G32 112x112 3x3 depthwise layer at N 64: a whole-phase walk of 64-wide tiles and 32
 # channels has 128 programs (under one per SM); 16-row strips of 32-wide tiles have 3,136
@@ -32,3 +32,16 @@ def test_not_a_walk():
     dilated = ConvParams(2, 32, 64, 1, 1, (3, 3), (28, 28), (1, 1), (2, 2), (2, 2), (2, 2))
     assert roll_walk_s(dilated, STRIPS, 50e12, 132) is None  # dilation 2 at stride 1: not a rolling walk
     assert roll_walk_s(LAYER, dict(block_p=64, block_ch=64, num_warps=4), 50e12, 132) is None
+
+
+def test_direct_dgrad_by_its_grid():
+    """direct dgrad: EfficientNet's G480 14x14 layer fills the GPU with 16x128 tiles (3,136 programs);
+    one wide tile per image plane leaves most SMs idle. Configs without direct's fields are not modelled."""
+    layer = ConvParams(2, 480, 64, 1, 1, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+    small = direct_data_s(layer, dict(block_p=16, block_ch=128, num_warps=4), 50e12, 132)
+    assert small is not None and small > 0
+    tiny_batch = ConvParams(2, 480, 1, 1, 1, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+    per_image = direct_data_s(tiny_batch, dict(block_p=16, block_ch=128, num_warps=4), 50e12, 132)
+    assert per_image > small / 64  # one image cannot fill the SMs: not 64x less time
+    assert direct_data_s(layer, STRIPS, 50e12, 132) is None
+    assert cm.model_ms("conv_bwd_data", layer, "bf16", "direct", dict(block_p=16, block_ch=128, num_warps=4)) > 0

@@ -33,7 +33,7 @@ from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
-from .walk_model import ROLL_WALKS, roll_walk_s
+from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
@@ -274,9 +274,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
-    else:  # CUDA-core kernels; the rolling-row walks by the warps their grid keeps resident
-        walk_s = roll_walk_s(params, cfg, CUDA_CORE_FLOPS, sms) if algorithm in ROLL_WALKS else None
-        compute_s = params.flops() / CUDA_CORE_FLOPS if walk_s is None else walk_s
+    else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
+        walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
+        compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
 
 

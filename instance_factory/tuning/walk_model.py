@@ -1,11 +1,13 @@
-"""The cost model's term for the rolling-row depthwise dgrad walks (``dwroll``, ``dwtaps``).
+"""The cost model's term for the CUDA-core dgrad kernels: the rolling-row walks (``dwroll``, ``dwtaps``), ``direct``.
 
 These kernels run on CUDA cores and, on the H100, are bound by instruction latency at low
 occupancy (session 24: the best ConvNeXt-T configs leave ~2.5 warps per scheduler), so their time
 depends on how many warps the grid keeps resident, not only on the FLOPs: a whole-phase walk of a
 112x112 layer with G = 32 launched 128 programs (under one per SM) and ran at half the speed of
 16-row strips. Without this term every config of a family got the same prediction and the
-neighbours' corrections chose between them by what was fast on other layers.
+neighbours' corrections chose between them by what was fast on other layers. ``direct`` dgrad goes by
+the same occupancy rule, so that the walks are not ranked against a config-blind FLOP count (it served
+dwtaps over direct on 14x14 maps with many channels; `--hide layer` depthwise dgrad 0.918 -> 0.923).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any
 
 from ..kernels.depthwise_roll import row_slots
 
-__all__ = ["ROLL_WALKS", "WARPS_TO_SATURATE", "roll_walk_s"]
+__all__ = ["DIRECT_DGRAD", "ROLL_WALKS", "WARPS_TO_SATURATE", "direct_data_s", "roll_walk_s"]
 
 #: the bwd-data families that walk grad_out rows with rolling accumulator slots
 ROLL_WALKS = ("dwroll", "dwtaps")
+DIRECT_DGRAD = ("conv_bwd_data", "direct")  # (op, algorithm) timed by :func:`direct_data_s`
 # resident warps per SM from which the FMA pipes stay busy. `db evaluate --hide layer` over depthwise
 # dgrad (H100 file, 130 problems; 0.896 without this term): 8 0.887, 16 0.888, 32 0.911, 48 0.914,
 # 64 0.918, 128 0.913. These kernels' latency is hidden only by warps, up to full occupancy.
@@ -31,6 +34,28 @@ _BASE_REGS = 32  # per thread besides the accumulator slots and the loaded tile
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _occupied_s(programs: int, per_program: float, warps: int, regs: float, flops_per_s: float, sms: int) -> float:
+    """Seconds for ``programs`` of ``per_program`` FLOPs: the SMs hold as many as registers allow,
+    each SM's FMA rate scaled by its resident warps up to :data:`WARPS_TO_SATURATE`."""
+    fit = max(1, min(_MAX_WARPS, int(_REGISTERS // (32 * regs))) // warps)  # programs an SM holds
+    resident = min(fit, _cdiv(programs, sms))
+    waves = _cdiv(programs, sms * resident)
+    rate = flops_per_s / sms * min(1.0, resident * warps / WARPS_TO_SATURATE)
+    return waves * resident * per_program / rate
+
+
+def direct_data_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: int) -> float | None:
+    """Seconds of ``direct`` dgrad: block_p input positions x block_ch channels per program, every
+    tap and grad_out channel of the group (tile-padded), by the same occupancy rule as the walks."""
+    try:
+        bp, bch, warps = int(cfg["block_p"]), int(cfg["block_ch"]), int(cfg["num_warps"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    programs = _cdiv(params.N * math.prod(params.input), bp) * _cdiv(params.G * params.C, bch)
+    per_program = 2.0 * bp * bch * math.prod(params.filter) * params.K / math.prod(params.stride)
+    return _occupied_s(programs, per_program, warps, 2 * bp * bch / (32 * warps) + _BASE_REGS, flops_per_s, sms)
 
 
 def roll_walk_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: int) -> float | None:
@@ -55,10 +80,5 @@ def roll_walk_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: in
     programs = (params.N * din * min(s_h, hin) * _cdiv(phase_rows, rows) * _cdiv(params.G, bch)
                 * _cdiv(_cdiv(win, s_w), bw) * min(s_w, win))
     per_program = 2.0 * (rows + slots - 1) * bw * bch * slots * w_taps * fz
-    per_thread = bw * bch / (32 * warps)
-    regs = (slots + 2) * per_thread + _BASE_REGS
-    fit = max(1, min(_MAX_WARPS, int(_REGISTERS // (32 * regs))) // warps)  # programs an SM holds
-    resident = min(fit, _cdiv(programs, sms))
-    waves = _cdiv(programs, sms * resident)
-    rate = flops_per_s / sms * min(1.0, resident * warps / WARPS_TO_SATURATE)
-    return waves * resident * per_program / rate
+    regs = (slots + 2) * bw * bch / (32 * warps) + _BASE_REGS
+    return _occupied_s(programs, per_program, warps, regs, flops_per_s, sms)
