@@ -11,6 +11,7 @@ from pathlib import Path
 from .dtypes import DataType
 from .factory import Culled, expand_files
 from .instance import Instance
+from .kernels import twin
 from .layouts import LayoutTriple, parse_layout
 from .problem import ConvParams
 
@@ -146,3 +147,21 @@ def _load(directory: str) -> Registry:
 def get_registry(directory: str | Path | None = None) -> Registry:
     """The registry built from configs/ (cached per directory)."""
     return _load(str(directory or config_dir()))
+
+
+@functools.lru_cache(maxsize=1024)
+def twin_decline(op: str, params: ConvParams, layout: LayoutTriple, dtype: str, fused_op: str) -> str | None:
+    """None when an instance of the shipped registry can run the problem, else why none can (the
+    first reasons, grouped by family): ``relayout`` asks it about its channels-last twin."""
+    runnable, declined = get_registry().candidates(op, params, layout, dtype, fused_op)
+    if runnable:
+        return None
+    if not declined:
+        return f"no {op} instance is declared for {layout.name} {dtype} {fused_op}"
+    by_family: dict[str, str] = {}
+    for inst, reason in declined:
+        by_family.setdefault(inst.algorithm, reason)
+    return "; ".join(dict.fromkeys(by_family.values()))  # families that declined alike, once
+
+
+twin.set_twin_checker(twin_decline)

@@ -96,6 +96,30 @@ def test_declines():
 
 
 @pytest.mark.parametrize("op", ["conv_bwd_weight", "conv_bwd_data"])
+def test_declines_a_twin_no_instance_runs(op):
+    """relayout accepts a channels-first problem only where an instance runs its channels-last twin
+    (the registry's checker): otherwise it declines with the twin's reasons instead of failing at
+    bind. The registry's answer for a runnable twin, then a stand-in checker that finds none."""
+    from instance_factory.kernels import twin
+    from instance_factory.registry import twin_decline
+
+    p, fo, lt = CASES["2d-3x3-p1"], FUSED_OPS["passthrough"], layout_for("ngchw", 2)
+    alg = ALGORITHMS[(op, "relayout")]
+    assert twin_decline(op, p, layout_for("nhwgc", 2), "bf16", "passthrough") is None
+    assert alg.decline(CFG, p, lt, DATA_TYPES["bf16"], fo) is None
+    seen = []
+    saved = twin.twin_checker()
+    twin.set_twin_checker(lambda *a: seen.append(a) or "every family declined it")
+    try:
+        why = alg.decline(CFG, p, lt, DATA_TYPES["bf16"], fo)
+    finally:
+        twin.set_twin_checker(saved)
+    assert why == ("relayout runs the channels-last twin (NHWGC/GKYXC/NHWGK), which no instance can run: every "
+                   "family declined it")
+    assert seen == [(op, p, layout_for("nhwgc", 2), "bf16", "passthrough")]
+
+
+@pytest.mark.parametrize("op", ["conv_bwd_weight", "conv_bwd_data"])
 def test_kernel_hash_covers_the_served_kernels(op):
     # relayout's rows go stale when its transpose or any kernel of its pass that can serve the twin
     # changes; the families that decline every channels-last problem (cfirst) never serve it and are

@@ -34,7 +34,7 @@ from ..problem import ConvParams
 from . import import_kernel_modules
 from .layout_copy import KERNELS as COPY_KERNELS
 from .layout_copy import transpose_copier
-from .twin import twin_resolver
+from .twin import twin_checker, twin_resolver
 
 __all__ = ["CHANNELS_FIRST_ONLY", "RelayoutConfig", "bind", "decline", "twin_layout"]
 
@@ -62,12 +62,19 @@ def twin_layout(layout: LayoutTriple) -> LayoutTriple:
 
 
 def decline(cfg: RelayoutConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
-            fused: FusedOp) -> str | None:
+            fused: FusedOp, op: str | None = None) -> str | None:
     """None when this instance can run the problem, else a clear reason. The twin (NHWGC, GKYXC) is
-    declared for every dtype and fused op, and the pointer GEMMs run any of its problems."""
+    declared for every dtype and fused op, but some of its problems no instance runs (fp8 compute on
+    a few channels): with ``op`` given, the registry's checker (``twin_checker``) is asked."""
     if layout.channels_last:
         return (f"relayout copies channels-first tensors to channels-last; {layout.name} is channels-last "
                 "already (its own instances run it)")
+    check = twin_checker() if op is not None else None
+    if check is not None:
+        twin = twin_layout(layout)
+        why = check(op, params, twin, dtype.name, fused.name)
+        if why is not None:
+            return f"relayout runs the channels-last twin ({twin.name}), which no instance can run: {why}"
     return None
 
 
@@ -95,7 +102,7 @@ def bind(args: RunArgs, op: str) -> Runner:
         raise RuntimeError("relayout needs instance_factory.tuning.lookup imported (it chooses the channels-last "
                            "twin's instance)")
     p, lt, dt = args.params, args.layout, args.dtype
-    why = decline(args.cfg, p, lt, dt, args.fused)
+    why = decline(args.cfg, p, lt, dt, args.fused, op)
     if why is not None:
         raise ValueError(f"{op} relayout instance cannot run {p.key()}: {why}")
     twin = twin_layout(lt)
@@ -144,7 +151,8 @@ def _register(op: str, description: str) -> None:
                            if alg_op == op and name not in CHANNELS_FIRST_ONLY and name != "relayout"
                            for k in alg.kernels)
     register_algorithm(Algorithm(
-        op=op, name="relayout", config=RelayoutConfig, decline=decline, bind=lambda args: bind(args, op),
+        op=op, name="relayout", config=RelayoutConfig, bind=lambda args: bind(args, op),
+        decline=lambda cfg, params, layout, dtype, fused: decline(cfg, params, layout, dtype, fused, op),
         description=description, kernels=(*COPY_KERNELS, *served)))
 
 
