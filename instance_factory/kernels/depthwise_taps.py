@@ -13,7 +13,10 @@ unrolled, so every weight sits at a compile-time offset from one per-program bas
 through a table [channel block, H phase, W phase, z, slot, W tap, BLOCK_CH] (fp32, one tiny launch per
 call) that holds zeros where a phase has fewer taps than TY x TX or the channel block runs past G,
 so the weight loads need no mask, no zero-fill and no address arithmetic. Which filter tap each
-table entry holds depends only on the problem, so the host builds that map once per bind.
+table entry holds depends only on the problem, so the host builds that map once per bind. The
+padded taps still multiply a grad_out value by a zero weight (as dwroll's branch-free slots do), so
+an infinite grad_out value can turn a neighbouring input gradient into NaN where a direct sum would
+not touch it; finite inputs give the exact sum.
 
 Grid = (row strips: (n, i_d, H phase, strip), channel blocks x column tiles x W phases).
 """
