@@ -43,7 +43,8 @@ from .common import MAX_GRID_YZ, DirectStyleConfig, require_contiguous
 from .depthwise_stream import strides_by_vec
 from .host import INT32_LIMIT
 
-__all__ = ["ALGORITHM", "MAX_SLOTS", "DwRollConfig", "bind", "decline", "row_slots", "strip_rows_reason"]
+__all__ = ["ALGORITHM", "MAX_SLOTS", "DwRollConfig", "RollWalk", "bind", "decline", "row_slots", "strip_rows_reason",
+           "walk_decline"]
 
 MAX_SLOTS = 8  # accumulator slots: taps of one H phase
 _MAX_REGS_PER_THREAD = 128  # fp32 slots + the loaded grad_out tile per thread: no spills
@@ -273,12 +274,66 @@ def row_slots(fy: int, stride_h: int, dil_h: int) -> int | None:
     return triton.cdiv(fy, stride_h // dil_h)
 
 
-def _plan(p: ConvParams, cfg: DwRollConfig) -> tuple[int, int, int, int]:
-    """(slots, W phases, column tiles, channel blocks) of a problem."""
-    in3, s3, d3, f3 = (p.spatial3(name) for name in ("input", "stride", "dilation", "filter"))
-    slots = row_slots(f3[1], s3[1], d3[1])
-    nr_w = min(s3[2], in3[2])
-    return slots, nr_w, triton.cdiv(triton.cdiv(in3[2], s3[2]), cfg.block_w), triton.cdiv(p.G, cfg.block_ch)
+@dataclass(frozen=True)
+class RollWalk:
+    """The grid of a rolling-row walk (dwroll, dwtaps) on one problem: ``slots`` accumulator slots (the
+    most H taps of a phase; None where the dilation does not divide the stride), W taps of a phase
+    stepping by ``xstep``, the H / W stride phases, strips of ``rows`` input rows per H phase, column
+    tiles and channel blocks. Shared by the kernels' bind and decline and the cost model's walk term."""
+
+    slots: int | None
+    xstep: int
+    w_taps: int
+    nr_h: int
+    nr_w: int
+    rows: int
+    strips: int
+    col_tiles: int
+    ch_blocks: int
+
+    @classmethod
+    def plan(cls, p: ConvParams, block_w: int, block_ch: int, rows: int) -> RollWalk:
+        in3, s3, d3, f3 = (p.spatial3(name) for name in ("input", "stride", "dilation", "filter"))
+        xstep = s3[2] // math.gcd(s3[2], d3[2])
+        phase_rows = triton.cdiv(in3[1], s3[1])  # the largest H phase
+        rows = rows or phase_rows
+        return cls(row_slots(f3[1], s3[1], d3[1]), xstep, triton.cdiv(f3[2], xstep), min(s3[1], in3[1]),
+                   min(s3[2], in3[2]), rows, triton.cdiv(phase_rows, rows),
+                   triton.cdiv(triton.cdiv(in3[2], s3[2]), block_w), triton.cdiv(p.G, block_ch))
+
+    def programs(self, p: ConvParams) -> int:
+        """Programs of the launch: (n, d, H phase, strip) x (channel block, column tile, W phase)."""
+        return p.N * p.spatial3("input")[0] * self.nr_h * self.strips * self.ch_blocks * self.col_tiles * self.nr_w
+
+
+def walk_decline(name: str, cfg: DwRollConfig, p: ConvParams, dtype: DataType,
+                 max_w_taps: int | None = None) -> str | None:
+    """The declines dwroll and dwtaps share (``name``: the family in the messages); ``max_w_taps``:
+    the most W taps of a phase the family unrolls (None: a runtime loop, no limit)."""
+    owner = name + ("'" if name.endswith("s") else "'s")  # dwroll's, dwtaps'
+    if dtype.name not in _DTYPES:
+        return f"{name} conv_bwd_data takes the dtypes {', '.join(_DTYPES)}, not {dtype.name}"
+    if p.C != 1 or p.K != 1:
+        return (f"{name} serves depthwise groups (C = K = 1 per group); this problem has C={p.C}, K={p.K}: "
+                "direct / blockdiag / igemm fit it")
+    walk = RollWalk.plan(p, cfg.block_w, cfg.block_ch, cfg.rows)
+    slots = walk.slots
+    if slots is None:
+        return (f"{name} needs the dilation along H to divide the stride (dilation {p.dilation[-2]}, "
+                f"stride {p.stride[-2]}): the taps of a phase must read consecutive grad_out rows")
+    if slots > MAX_SLOTS:
+        return f"a stride phase holds {slots} filter taps along H: more than {owner} {MAX_SLOTS} accumulator slots"
+    if max_w_taps is not None and walk.w_taps > max_w_taps:
+        return f"a stride phase holds {walk.w_taps} filter taps along W: more than {owner} {max_w_taps} unrolled W taps"
+    if walk.ch_blocks * walk.col_tiles * walk.nr_w > MAX_GRID_YZ:
+        return (f"{walk.ch_blocks} channel blocks x {walk.col_tiles} column tiles x {walk.nr_w} W phases exceed "
+                f"the grid's {MAX_GRID_YZ}")
+    per_thread = cfg.block_w * cfg.block_ch / (32 * cfg.num_warps)
+    regs = (slots + 1) * per_thread
+    if regs > _MAX_REGS_PER_THREAD:
+        return (f"{slots} accumulator slots x block_w={cfg.block_w} x block_ch={cfg.block_ch} need {regs:g} "
+                f"fp32 registers per thread with num_warps={cfg.num_warps} (more than {_MAX_REGS_PER_THREAD})")
+    return None
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -286,26 +341,22 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     geo, cfg = args.geo, args.cfg
     require_contiguous(args, "dwroll", "conv_bwd_data")
     block_w, block_ch, num_warps = int(cfg.block_w), int(cfg.block_ch), int(cfg.num_warps)
-    slots, nr_w, col_tiles, ch_blocks = _plan(args.params, cfg)
+    walk = RollWalk.plan(args.params, block_w, block_ch, int(cfg.rows))
+    slots = walk.slots
     unroll = int(cfg.unroll) or slots
-    Di, Hi, Wi = geo.in3
-    nr_h = min(geo.stride3[1], Hi)
-    phase_rows = triton.cdiv(Hi, geo.stride3[1])  # the largest H phase
-    rows = int(cfg.rows) or phase_rows
-    strips = triton.cdiv(phase_rows, rows)
     G = geo.G
     vec, xs_v, ys_v = strides_by_vec(geo.x_strides, geo.y_strides, G)
-    use_int64 = force_int64 or geo.needs_int64 or geo.N * Di * nr_h * strips >= INT32_LIMIT
-    grid = (geo.N * Di * nr_h * strips, ch_blocks * col_tiles * nr_w)
+    rows_grid = geo.N * geo.in3[0] * walk.nr_h * walk.strips
+    use_int64 = force_int64 or geo.needs_int64 or rows_grid >= INT32_LIMIT
+    grid = (rows_grid, walk.ch_blocks * walk.col_tiles * walk.nr_w)
     main = BoundKernel(_dwroll_kernel, grid, VEC=vec, TY=slots, UNROLL=unroll,
                        PREFETCH=bool(cfg.prefetch) and geo.filt3[0] == 1, BLOCK_W=block_w,
                        BLOCK_CH=block_ch, USE_INT64=use_int64, OP=args.fused.code, NUM_DS=len(args.ds),
                        USER_FN=user_fn_or_noop(args.user_fn), num_warps=num_warps)
-    s_w, d_w = geo.stride3[2], geo.dil3[2]
-    xstep = s_w // math.gcd(s_w, d_w)
     gp = triton.cdiv(G, 16) * 16
     sizes = (gp, G // vec, *geo.in3, *geo.out3, *geo.filt3, *geo.stride3, *geo.dil3, *geo.pad3,
-             nr_h, strips, rows, ch_blocks, col_tiles, xstep, xstep * d_w // s_w,
+             walk.nr_h, walk.strips, walk.rows, walk.ch_blocks, walk.col_tiles, walk.xstep,
+             walk.xstep * geo.dil3[2] // geo.stride3[2],
              xs_v[1], xs_v[3], xs_v[4], xs_v[5], xs_v[0], ys_v[1], ys_v[3], ys_v[4], ys_v[5], ys_v[0])
     taps = geo.taps
     table_block = 1024
@@ -323,26 +374,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 
 def decline(cfg: DwRollConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
-    if dtype.name not in _DTYPES:
-        return f"dwroll conv_bwd_data takes the dtypes {', '.join(_DTYPES)}, not {dtype.name}"
-    if p.C != 1 or p.K != 1:
-        return (f"dwroll serves depthwise groups (C = K = 1 per group); this problem has C={p.C}, K={p.K}: "
-                "direct / blockdiag / igemm fit it")
-    slots, nr_w, col_tiles, ch_blocks = _plan(p, cfg)
-    if slots is None:
-        return (f"dwroll needs the dilation along H to divide the stride (dilation {p.dilation[-2]}, "
-                f"stride {p.stride[-2]}): the taps of a phase must read consecutive grad_out rows")
-    if slots > MAX_SLOTS:
-        return f"a stride phase holds {slots} filter taps along H: more than dwroll's {MAX_SLOTS} accumulator slots"
-    if ch_blocks * col_tiles * nr_w > MAX_GRID_YZ:
-        return (f"{ch_blocks} channel blocks x {col_tiles} column tiles x {nr_w} W phases exceed the grid's "
-                f"{MAX_GRID_YZ}")
-    per_thread = cfg.block_w * cfg.block_ch / (32 * cfg.num_warps)
-    regs = (slots + 1) * per_thread
-    if regs > _MAX_REGS_PER_THREAD:
-        return (f"{slots} accumulator slots x block_w={cfg.block_w} x block_ch={cfg.block_ch} need {regs:g} "
-                f"fp32 registers per thread with num_warps={cfg.num_warps} (more than {_MAX_REGS_PER_THREAD})")
-    return None
+    return walk_decline("dwroll", cfg, p, dtype)
 
 
 ALGORITHM = register_algorithm(Algorithm(

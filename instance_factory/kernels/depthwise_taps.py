@@ -23,7 +23,6 @@ Grid = (row strips: (n, i_d, H phase, strip), channel blocks x column tiles x W 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -37,16 +36,14 @@ from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .common import MAX_GRID_YZ, DirectStyleConfig, require_contiguous
-from .depthwise_roll import MAX_SLOTS, row_slots, strip_rows_reason
+from .common import DirectStyleConfig, require_contiguous
+from .depthwise_roll import RollWalk, strip_rows_reason, walk_decline
 from .depthwise_stream import strides_by_vec
 from .host import INT32_LIMIT
 
 __all__ = ["ALGORITHM", "MAX_W_TAPS", "DwTapsConfig", "bind", "decline", "tap_map"]
 
 MAX_W_TAPS = 8  # W taps of one phase (unrolled)
-_MAX_REGS_PER_THREAD = 128  # fp32 slots + the loaded grad_out tile per thread: no spills
-_DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
 
 
 @triton.jit
@@ -217,25 +214,19 @@ def _first_tap(phase: int, pad: int, stride: int, dil: int, taps: int, step: int
     return taps
 
 
-def _w_taps(fx: int, s_w: int, d_w: int) -> tuple[int, int]:
-    """(XSTEP, the most W taps of one phase): the taps of a W phase step by XSTEP."""
-    xstep = s_w // math.gcd(s_w, d_w)
-    return xstep, triton.cdiv(fx, xstep)
-
-
 def tap_map(p: ConvParams) -> list[int]:
     """The flat filter tap of every table entry [H phase, W phase, z, slot, W tap] (-1: none); the
     phases are those of the kernel's walk (dwroll's)."""
-    in3, s3, d3, f3 = (p.spatial3(name) for name in ("input", "stride", "dilation", "filter"))
+    s3, d3, f3 = (p.spatial3(name) for name in ("stride", "dilation", "filter"))
     pads = p.spatial3("left_pad")
     fz, fy, fx = f3
-    ty_max = row_slots(fy, s3[1], d3[1])
-    xstep, tx_max = _w_taps(fx, s3[2], d3[2])
+    walk = RollWalk.plan(p, 1, 1, 0)
+    ty_max, xstep, tx_max = walk.slots, walk.xstep, walk.w_taps
     tstep = s3[1] // d3[1]
     out = []
-    for r_h in range(min(s3[1], in3[1])):
+    for r_h in range(walk.nr_h):
         yf = _first_tap(r_h, pads[1], s3[1], d3[1], fy, tstep)
-        for r_w in range(min(s3[2], in3[2])):
+        for r_w in range(walk.nr_w):
             xf = _first_tap(r_w, pads[2], s3[2], d3[2], fx, xstep)
             for z in range(fz):
                 for j in range(ty_max):
@@ -246,15 +237,6 @@ def tap_map(p: ConvParams) -> list[int]:
     return out
 
 
-def _plan(p: ConvParams, cfg: DwTapsConfig) -> tuple[int | None, int, int, int, int]:
-    """(H slots, W taps, W phases, column tiles, channel blocks) of a problem."""
-    in3, s3, d3, f3 = (p.spatial3(name) for name in ("input", "stride", "dilation", "filter"))
-    nr_w = min(s3[2], in3[2])
-    tx = _w_taps(f3[2], s3[2], d3[2])[1]
-    return (row_slots(f3[1], s3[1], d3[1]), tx, nr_w, triton.cdiv(triton.cdiv(in3[2], s3[2]), cfg.block_w),
-            triton.cdiv(p.G, cfg.block_ch))
-
-
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
@@ -263,28 +245,23 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
         raise ValueError(f"dwtaps instance cannot run {p.key()}: {why}")
     require_contiguous(args, "dwtaps", "conv_bwd_data")
     block_w, block_ch, num_warps = int(cfg.block_w), int(cfg.block_ch), int(cfg.num_warps)
-    slots, tx, nr_w, col_tiles, ch_blocks = _plan(p, cfg)
-    Di, Hi, Wi = geo.in3
-    nr_h = min(geo.stride3[1], Hi)
-    phase_rows = triton.cdiv(Hi, geo.stride3[1])  # the largest H phase
-    rows = int(cfg.rows) or phase_rows
-    strips = triton.cdiv(phase_rows, rows)
+    walk = RollWalk.plan(p, block_w, block_ch, int(cfg.rows))
     G = geo.G
     vec, xs_v, ys_v = strides_by_vec(geo.x_strides, geo.y_strides, G)
-    use_int64 = force_int64 or geo.needs_int64 or geo.N * Di * nr_h * strips >= INT32_LIMIT
-    grid = (geo.N * Di * nr_h * strips, ch_blocks * col_tiles * nr_w)
-    main = BoundKernel(_dwtaps_kernel, grid, VEC=vec, TY=slots, TX=tx, BLOCK_W=block_w, BLOCK_CH=block_ch,
-                       USE_INT64=use_int64, OP=args.fused.code, NUM_DS=len(args.ds),
+    rows_grid = geo.N * geo.in3[0] * walk.nr_h * walk.strips
+    use_int64 = force_int64 or geo.needs_int64 or rows_grid >= INT32_LIMIT
+    grid = (rows_grid, walk.ch_blocks * walk.col_tiles * walk.nr_w)
+    main = BoundKernel(_dwtaps_kernel, grid, VEC=vec, TY=walk.slots, TX=walk.w_taps, BLOCK_W=block_w,
+                       BLOCK_CH=block_ch, USE_INT64=use_int64, OP=args.fused.code, NUM_DS=len(args.ds),
                        USER_FN=user_fn_or_noop(args.user_fn), num_warps=num_warps)
-    s_w, d_w = geo.stride3[2], geo.dil3[2]
-    xstep = _w_taps(geo.filt3[2], s_w, d_w)[0]
     sizes = (G // vec, *geo.in3, *geo.out3, *geo.filt3, *geo.stride3, *geo.dil3, *geo.pad3,
-             nr_h, nr_w, strips, rows, ch_blocks, col_tiles, xstep, xstep * d_w // s_w,
+             walk.nr_h, walk.nr_w, walk.strips, walk.rows, walk.ch_blocks, walk.col_tiles, walk.xstep,
+             walk.xstep * geo.dil3[2] // geo.stride3[2],
              xs_v[1], xs_v[3], xs_v[4], xs_v[5], xs_v[0], ys_v[1], ys_v[3], ys_v[4], ys_v[5], ys_v[0])
     entries = tap_map(p)
     dev = args.out.device
     entry_map = torch.tensor(entries, dtype=torch.int32, device=dev)
-    total = ch_blocks * len(entries) * block_ch
+    total = walk.ch_blocks * len(entries) * block_ch
     table_block = 1024
     table = BoundKernel(_tap_table_kernel, (triton.cdiv(total, table_block),), BLOCK_CH=block_ch,
                         BLOCK=table_block, num_warps=4)
@@ -301,28 +278,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 
 def decline(cfg: DwTapsConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
-    if dtype.name not in _DTYPES:
-        return f"dwtaps conv_bwd_data takes the dtypes {', '.join(_DTYPES)}, not {dtype.name}"
-    if p.C != 1 or p.K != 1:
-        return (f"dwtaps serves depthwise groups (C = K = 1 per group); this problem has C={p.C}, K={p.K}: "
-                "direct / blockdiag / igemm fit it")
-    slots, tx, nr_w, col_tiles, ch_blocks = _plan(p, cfg)
-    if slots is None:
-        return (f"dwtaps needs the dilation along H to divide the stride (dilation {p.dilation[-2]}, "
-                f"stride {p.stride[-2]}): the taps of a phase must read consecutive grad_out rows")
-    if slots > MAX_SLOTS:
-        return f"a stride phase holds {slots} filter taps along H: more than dwtaps' {MAX_SLOTS} accumulator slots"
-    if tx > MAX_W_TAPS:
-        return f"a stride phase holds {tx} filter taps along W: more than dwtaps' {MAX_W_TAPS} unrolled W taps"
-    if ch_blocks * col_tiles * nr_w > MAX_GRID_YZ:
-        return (f"{ch_blocks} channel blocks x {col_tiles} column tiles x {nr_w} W phases exceed the grid's "
-                f"{MAX_GRID_YZ}")
-    per_thread = cfg.block_w * cfg.block_ch / (32 * cfg.num_warps)
-    regs = (slots + 1) * per_thread
-    if regs > _MAX_REGS_PER_THREAD:
-        return (f"{slots} accumulator slots x block_w={cfg.block_w} x block_ch={cfg.block_ch} need {regs:g} "
-                f"fp32 registers per thread with num_warps={cfg.num_warps} (more than {_MAX_REGS_PER_THREAD})")
-    return None
+    return walk_decline("dwtaps", cfg, p, dtype, max_w_taps=MAX_W_TAPS)
 
 
 ALGORITHM = register_algorithm(Algorithm(

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..kernels.depthwise_roll import row_slots
+from ..kernels.depthwise_roll import RollWalk
 
 __all__ = ["DIRECT_DGRAD", "ROLL_WALKS", "WARPS_TO_SATURATE", "direct_data_s", "roll_walk_s"]
 
@@ -59,26 +59,18 @@ def direct_data_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: 
 
 
 def roll_walk_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: int) -> float | None:
-    """Seconds of one rolling-row walk: the grid's programs (each ``rows`` + slots - 1 steps of
-    block_w x block_ch x slots x W taps x D taps FMAs) over the SMs, each SM's FMA rate scaled by the
-    warps resident on it up to :data:`WARPS_TO_SATURATE`; None when the config is not such a walk."""
+    """Seconds of one rolling-row walk (the kernels' own grid, :class:`RollWalk`): each program's
+    ``rows`` + slots - 1 steps of block_w x block_ch x slots x W taps x D taps FMAs, by the
+    occupancy rule; None when the config is not such a walk."""
     try:
         bw, bch, warps = int(cfg["block_w"]), int(cfg["block_ch"]), int(cfg["num_warps"])
         rows = int(cfg["rows"])
     except (KeyError, TypeError, ValueError):
         return None
-    din, hin, win = (1, 1, *params.input)[-3:]
-    s_d, s_h, s_w = (1, 1, *params.stride)[-3:]
-    _, d_h, d_w = (1, 1, *params.dilation)[-3:]
-    fz, fy, fx = (1, 1, *params.filter)[-3:]
-    slots = row_slots(fy, s_h, d_h)
-    if not slots:
+    walk = RollWalk.plan(params, bw, bch, rows)
+    if not walk.slots:
         return None
-    w_taps = _cdiv(fx, s_w // math.gcd(s_w, d_w))
-    phase_rows = _cdiv(hin, s_h)
-    rows = rows or phase_rows
-    programs = (params.N * din * min(s_h, hin) * _cdiv(phase_rows, rows) * _cdiv(params.G, bch)
-                * _cdiv(_cdiv(win, s_w), bw) * min(s_w, win))
-    per_program = 2.0 * (rows + slots - 1) * bw * bch * slots * w_taps * fz
-    regs = (slots + 2) * bw * bch / (32 * warps) + _BASE_REGS
-    return _occupied_s(programs, per_program, warps, regs, flops_per_s, sms)
+    fz = params.spatial3("filter")[0]
+    per_program = 2.0 * (walk.rows + walk.slots - 1) * bw * bch * walk.slots * walk.w_taps * fz
+    regs = (walk.slots + 2) * bw * bch / (32 * warps) + _BASE_REGS
+    return _occupied_s(walk.programs(params), per_program, warps, regs, flops_per_s, sms)
