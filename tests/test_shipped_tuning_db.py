@@ -28,3 +28,20 @@ def test_shipped_db_is_consistent_with_the_registry(path):
     if stale:
         warnings.warn(f"{path.name}: {len(stale)} instances were tuned with an older kernel source; "
                       "re-run the sweeps on that device", stacklevel=1)
+
+
+def test_residual_set_is_fused_add_dgrad_and_tuned_on_the_h100():
+    """resnet50_residual_b64: every entry is a conv_bwd_data problem with fused op "add" (one D, the skip
+    gradient), and the H100 file holds a verified row for each, so a converted ResNet-50 whose
+    bottlenecks fuse their skip gradient (ResidualConv / forward_with_skip) looks its conv1s up exactly."""
+    from instance_factory.tuning.problem_sets import gather_problems
+
+    probs = gather_problems(["resnet50_residual_b64"])
+    assert len(probs) == 18 and {p.op for p in probs} == {"conv_bwd_data"} and {p.fused_op for p in probs} == {"add"}
+    h100 = [p for p in SHIPPED if p.name == "nvidia-h100-80gb-hbm3.csv"]
+    if not h100:
+        pytest.skip("no H100 file shipped")
+    ok = read_db(h100[0])
+    ok = ok[ok["status"] == "ok"]
+    missing = {p.key for p in probs} - set(ok["problem_key"])
+    assert not missing, f"fused-add problems without an H100 row: {sorted(missing)[:3]}"

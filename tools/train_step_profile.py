@@ -7,6 +7,10 @@ bf16 autocast, channels-last (or, with --memory-format contiguous, NCHW): the wa
 issue time, before the final synchronisation), and the GPU time of its kernels by kind (ours: Triton
 kernels; cuDNN/cuBLAS convolution kernels; everything else) from ``torch.profiler``. A step whose
 issue time is close to its wall time is host-bound: kernels wait for the Python that launches them.
+``--fuse-residual`` adds a third side for the ResNet-style models: the converted model whose bottlenecks
+hand the skip branch its input through ``conv1.forward_with_skip`` (the skip gradient summed inside
+conv_bwd_data, fused op "add"; ``train_step_check.fuse_residuals``), so autograd's separate add of the
+two gradients of each block input is gone.
 """
 
 from __future__ import annotations
@@ -99,6 +103,8 @@ def main() -> int:
     ap.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last",
                     help="model and input memory format (contiguous: PyTorch's default NCHW, served by the "
                     "channels-first instances)")
+    ap.add_argument("--fuse-residual", action="store_true", help="also profile the converted model with its "
+                    "bottlenecks' skip gradients fused into conv1's conv_bwd_data (ResNet / ResNeXt)")
     ap.add_argument("--cprofile", action="store_true", help="also write the host profile of 5 steps of ours "
                     "(cProfile, by own time) to <model>_host_profile.txt")
     ns = ap.parse_args()
@@ -115,11 +121,17 @@ def main() -> int:
         x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
         y = torch.randint(0, 1000, (ns.batch,), device="cuda")
         results[name] = {"ours": profile(ours, x, y, ns.iters), "cudnn": profile(ref, x, y, ns.iters)}
+        if ns.fuse_residual:
+            from train_step_check import fuse_residuals  # tools/ is this script's directory
+
+            fused = ift.convert(copy.deepcopy(ref))
+            if fuse_residuals(fused):
+                results[name]["ours_fused"] = profile(fused, x, y, ns.iters)
         if ns.cprofile:
             _host_profile(ours, x, y, os.path.join(ns.out, f"{name}_host_profile.txt"))
-        for side in ("ours", "cudnn"):
+        for side in results[name]:
             r = results[name][side]
-            print(f"{name:16s} {side:6s} wall {r['wall_ms']:7.2f} ms  issue {r['issue_ms']:7.2f} ms  "
+            print(f"{name:16s} {side:10s} wall {r['wall_ms']:7.2f} ms  issue {r['issue_ms']:7.2f} ms  "
                   f"GPU {r['gpu_total_ms']:7.2f} ms {r['gpu_ms']}")
         for k, v in results[name]["ours"]["top_kernels"][:8]:
             print(f"    ours top: {v:7.3f} ms  {k}")
