@@ -110,6 +110,8 @@ def main() -> int:
     ns = ap.parse_args()
     import torchvision
 
+    if ns.fuse_residual:
+        from train_step_check import fuse_residuals  # tools/ is this script's directory
     torch.backends.cudnn.benchmark = True
     os.makedirs(ns.out, exist_ok=True)
     results = {}
@@ -122,8 +124,6 @@ def main() -> int:
         y = torch.randint(0, 1000, (ns.batch,), device="cuda")
         results[name] = {"ours": profile(ours, x, y, ns.iters), "cudnn": profile(ref, x, y, ns.iters)}
         if ns.fuse_residual:
-            from train_step_check import fuse_residuals  # tools/ is this script's directory
-
             fused = ift.convert(copy.deepcopy(ref))
             if fuse_residuals(fused):
                 results[name]["ours_fused"] = profile(fused, x, y, ns.iters)
