@@ -29,6 +29,12 @@ from .problem import ConvParams
 __all__ = ["ALGORITHMS", "Algorithm", "RunArgs", "Runner", "interpreting", "register_algorithm"]
 
 
+def require_runnable(why: str | None, label: str, params: Any) -> None:
+    """The bind-time error of an instance whose decline gave ``why`` (None: it can run the problem)."""
+    if why is not None:
+        raise ValueError(f"{label} instance cannot run {params.key()}: {why}")
+
+
 def interpreting() -> bool:
     """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -160,9 +160,7 @@ def decline(cfg: BwdDataCfirstConfig, params: ConvParams, layout: LayoutTriple, 
 def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner is one launch."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = decline(cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-data cfirst instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-data cfirst", p)
     s = math.prod(geo.in3)
     align = run_alignment(s)
     s_tiles = triton.cdiv(s, cfg.block_m)

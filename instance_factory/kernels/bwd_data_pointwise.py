@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -180,9 +180,7 @@ def decline(cfg: BwdDataPointwiseConfig, params: ConvParams, layout: LayoutTripl
 def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner moves the two descriptors' bases and launches."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = decline(cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-data pointwise instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-data pointwise", p)
     dy_view, w_view, positions, (xs_p, xs_g, xs_c) = _views(
         p, args.layout, dt.data.itemsize, dt.name)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -206,9 +206,7 @@ def choose_split(params: ConvParams, cfg: BwdWeightCfirstConfig, sms: int) -> in
 def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner launches the GEMM (and the reduce with several splits)."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = decline(cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-weight cfirst instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight cfirst", p)
     dev = check_tensors(args).device
     bk = cfg.block_k
     s_out = math.prod(geo.out3)

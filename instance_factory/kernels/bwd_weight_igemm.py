@@ -64,7 +64,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import MAX_DS, FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -381,9 +381,7 @@ def flattenable(strides: tuple[int, ...], sizes: tuple[int, int, int]) -> bool:
 def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
     """A runner filling grad_wei with ``algorithm`` (igemm, splitk_atomic, ...); every size is fixed here once."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = _decline(algorithm, cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-weight {algorithm} instance cannot run {p.key()}: {why}")
+    require_runnable(_decline(algorithm, cfg, p, args.layout, dt, args.fused), f"bwd-weight {algorithm}", p)
     out = check_tensors(args)
     dev = out.device
 

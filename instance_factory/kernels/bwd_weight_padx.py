@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -193,9 +193,7 @@ def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: 
 def bind(args: RunArgs) -> Runner:
     """A runner: pad copy, GEMM, and (with several splits) the fixed-order reduce + epilogue."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = decline(cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-weight padx instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight padx", p)
     dev = check_tensors(args).device
     split = int(cfg.split_k) or choose_split_k(p, cfg, sm_count(dev), "two_stage")
 

@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -374,9 +374,7 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
 def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner moves the two descriptors' bases and launches."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = decline(cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-weight pointwise instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight pointwise", p)
     dev = check_tensors(args).device
     dy_view, x_view = _views(p, args.layout, dt)
     _, a, b, w, _ = dy_view[0]

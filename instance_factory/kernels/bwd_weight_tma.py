@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -309,9 +309,7 @@ def choose_split(params: ConvParams, cfg: BwdWeightTmaConfig, sms: int, width: i
 def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner moves the two descriptors' bases and launches."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    why = decline(cfg, p, args.layout, dt, args.fused)
-    if why is not None:
-        raise ValueError(f"bwd-weight tma instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight tma", p)
     dev = check_tensors(args).device
     dy_view, x_view, walk = _tma_views(p, args.layout, dt.data.itemsize, dt.name)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k

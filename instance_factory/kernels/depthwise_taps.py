@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -240,9 +240,7 @@ def tap_map(p: ConvParams) -> list[int]:
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
-    why = decline(cfg, p, args.layout, args.dtype, args.fused)
-    if why is not None:
-        raise ValueError(f"dwtaps instance cannot run {p.key()}: {why}")
+    require_runnable(decline(cfg, p, args.layout, args.dtype, args.fused), "dwtaps", p)
     require_contiguous(args, "dwtaps", "conv_bwd_data")
     block_w, block_ch, num_warps = int(cfg.block_w), int(cfg.block_ch), int(cfg.num_warps)
     walk = RollWalk.plan(p, block_w, block_ch, int(cfg.rows))

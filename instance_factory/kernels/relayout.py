@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..algorithms import ALGORITHMS, Algorithm, RunArgs, Runner, register_algorithm
+from ..algorithms import ALGORITHMS, Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp
 from ..kernel_config import KernelConfig
@@ -102,9 +102,7 @@ def bind(args: RunArgs, op: str) -> Runner:
         raise RuntimeError("relayout needs instance_factory.tuning.lookup imported (it chooses the channels-last "
                            "twin's instance)")
     p, lt, dt = args.params, args.layout, args.dtype
-    why = decline(args.cfg, p, lt, dt, args.fused, op)
-    if why is not None:
-        raise ValueError(f"{op} relayout instance cannot run {p.key()}: {why}")
+    require_runnable(decline(args.cfg, p, lt, dt, args.fused, op), f"{op} relayout", p)
     twin = twin_layout(lt)
     inst = resolve(op, p, layout=twin, dtype=dt, fused_op=args.fused.name, device=args.a.device)
     copy_a, copy_b, copy_out = (_copiers(t, p, lt, twin) for t in ROLES[op])
