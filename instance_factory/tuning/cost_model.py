@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
+from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
+from ..kernels.bwd_weight_rowstack import reduction_positions as rowstack_positions
 from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
 from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
@@ -51,7 +53,7 @@ DEFAULT_SMS, MAX_SPLIT = 132, 64
 # data, session 14) and shift (bwd weight, session 15) build the same two descriptors per call. Not bwd-weight
 # pointwise: 43.8 us a call, igemm 44.3, tma 39.0 (session 23, H100, a 64x64 1x1 layer, instance given).
 HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03,
-                ("conv_bwd_weight", "shift"): 0.03}
+                ("conv_bwd_weight", "shift"): 0.03, ("conv_bwd_weight", "rowstack"): 0.03}
 
 # Kernel launches per call of the bwd-weight GEMM families. A family's measured floor (its fastest
 # row) says how small its evidence went, not what one call costs: igemm (one launch) is only ever
@@ -74,7 +76,8 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
             ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
-            ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "relayout"): 4, ("conv_bwd_data", "cfirst"): 1,
+            ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
+            ("conv_bwd_data", "cfirst"): 1,
             ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
@@ -235,6 +238,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
                 k = k * _cdiv(wo, bk) * bk // wo
             if op == "conv_bwd_weight" and algorithm == "shift":  # whole boxes per plane + the fix
                 k = shift_positions(params, int(cfg["block_k"]))
+            if op == "conv_bwd_weight" and algorithm == "rowstack":  # whole bw-wide row chunks, boxes of images
+                k = rowstack_positions(params, int(cfg["block_k"]))
             if op == "conv_bwd_weight" and algorithm == "cfirst":  # each image's positions in whole chunks
                 bk = int(cfg["block_k"])
                 k = params.N * _cdiv(math.prod(params.output), bk) * bk
@@ -244,6 +249,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         k, split, serial_s = pointwise_work(params, cfg, sms) if pointwise else (k, split, 0.0)
         if stream:
             split = 1
+        elif op == "conv_bwd_weight" and algorithm == "rowstack":  # its own wave-aware split rule
+            split = rowstack_split(params, dict(cfg), sms)
         elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
         programs = tiles * split
@@ -255,6 +262,10 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             mem_s += 4 * (2 * params.numel("weight") + (tiles + sms) * bm * bn) / MEM_BW
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
+        if algorithm == "rowstack" and cfg.get("dy_read") == "packed":  # a pass before the GEMM: grad_out copied
+            copy_s = 2 * params.G * params.K * k * _elem_bytes(dtype) / MEM_BW
+            mem_s += copy_s
+            compute_s += copy_s
         if algorithm == "padx":  # the padded input copy: written once, read back by the GEMM
             copy = params.N * math.prod(params.reached_input) * params.G * params.C
             mem_s += 2 * copy * _elem_bytes(dtype) / MEM_BW
