@@ -39,7 +39,7 @@ ALG = igemm_tests._alg("rowstack")
 def _cfg(**kw):
     """A small tile (on a GPU too: the registered configs are checked by their own CK run)."""
     cfg = dict(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_stages=2, split_k=2,
-               dy_read="inplace")
+               dy_read="inplace", schedule="split")
     cfg.update(kw)
     return ALG.config.from_values(cfg)
 
@@ -79,6 +79,13 @@ def test_geometry(name, dy_read):
     _check(GEOMETRY[name], layout, cfg=_cfg(**cfg))
 
 
+@pytest.mark.parametrize("name", ["7x7-s1-p1", "w-stride-2", "3d-d-stride-pad", "G2-C72-tile-past-group",
+                                  "row-wider-than-box"])
+def test_stream_schedule(name):
+    # equal shares of all units' steps: shares start and end inside units (pieces added atomically)
+    _check(GEOMETRY[name], "nhwgc", cfg=_cfg(split_k=0, schedule="stream", **(_WIDE_K if name.startswith("G2") else {})))
+
+
 @pytest.mark.parametrize("dy_read", ["inplace", "packed"])
 @pytest.mark.parametrize("block_k", [16, 32])
 @pytest.mark.parametrize("split", [1, 3, 0])
@@ -89,10 +96,10 @@ def test_boxes_and_splits(block_k, split, dy_read):
     _check(p, cfg=_cfg(split_k=split, block_k=block_k, dy_read=dy_read))
 
 
-@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("sched", [dict(split_k=1), dict(split_k=2), dict(split_k=0, schedule="stream")])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w"])
-def test_dtypes_and_store_paths(dtype, split):
-    out = _check(GEOMETRY["7x7-s1-p1"], "nhwgc", dtype, cfg=_cfg(split_k=split, dy_read="packed"))
+def test_dtypes_and_store_paths(dtype, sched):
+    out = _check(GEOMETRY["7x7-s1-p1"], "nhwgc", dtype, cfg=_cfg(dy_read="packed", **sched))
     assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
 
 
@@ -101,10 +108,12 @@ def test_multi_tile_grouped_order():
     _check(p, "nhwgc", "fp16", cfg=_cfg(group_m=2, split_k=1))
 
 
-@pytest.mark.parametrize("op,n_ds,split", [("bilinear", 1, 1), ("add_relu", 1, 2), ("scale", 0, 1), ("add", 3, 2)])
-def test_fused_ops(op, n_ds, split):
+@pytest.mark.parametrize("op,n_ds,sched", [("bilinear", 1, dict(split_k=1)), ("add_relu", 1, dict(split_k=2)),
+                                           ("scale", 0, dict(split_k=1)), ("add", 3, dict(split_k=2)),
+                                           ("add_relu", 1, dict(split_k=0, schedule="stream"))])
+def test_fused_ops(op, n_ds, sched):
     p = _p(2, G=1, N=2, K=16, C=8, f=(2, 2), i=(4, 7), lp=(1, 0), rp=(0, 1))
-    _check(p, "gnhwc", op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, cfg=_cfg(split_k=split))
+    _check(p, "gnhwc", op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, cfg=_cfg(**sched))
 
 
 def test_deterministic_bitwise():
@@ -166,6 +175,8 @@ def test_config_checks():
     assert "4 or 8" in _cfg(num_warps=2).check()
     assert "split_k" in _cfg(split_k=-1).check()
     assert "dy_read" in _cfg(dy_read="copy").check()
+    assert "schedule" in _cfg(schedule="persistent").check()
+    assert "no meaning with schedule 'stream'" in _cfg(split_k=2, schedule="stream").check()
 
 
 def test_box_shape_and_model_positions():
@@ -175,7 +186,8 @@ def test_box_shape_and_model_positions():
     p = _p(2, N=4, K=64, C=64, i=(20, 20), lp=(1, 1), rp=(1, 1))
     assert rowstack.box_shape(p, 16) == (1, 16, 2)
     assert rowstack.reduction_positions(p, 16) == 4 * 20 * 32
-    cfg = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, split_k=0)
+    cfg = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, split_k=0,
+               schedule="split")
     big = _p(2, N=64, K=256, C=256, i=(14, 14), lp=(1, 1), rp=(1, 1))
     inplace = cost_model.model_ms("conv_bwd_weight", big, "bf16", "rowstack", dict(cfg, dy_read="inplace"))
     packed = cost_model.model_ms("conv_bwd_weight", big, "bf16", "rowstack", dict(cfg, dy_read="packed"))

@@ -23,10 +23,14 @@ so ``dy_read="packed"`` first copies grad_out into [Do, Ho, W chunks, N, bw, G*K
 where a step's positions are one 2-D box [block_k, block_m]: one more pass over grad_out, a shared
 memory operand in the GEMM. Session 26 (H100, bf16): either wins somewhere.
 
-Launches: [the grad_out copy], the GEMM (the epilogue from the accumulator with one split, else fp32
-slices per split) and, with several splits, ``bwd_weight_igemm``'s fixed-order reduce + epilogue
-(deterministic). One fp32 accumulator per tile (no two-level sum: a split's share is at most a few
-thousand positions of a layer that fits the GPU), so tiles up to 128x256.
+Schedules. "split": one program per (tile, split), fp32 slices and ``bwd_weight_igemm``'s fixed-order
+reduce + epilogue (deterministic; with one split the epilogue runs from the accumulator). "stream":
+one program per SM slot takes an equal share of all tiles' steps and adds each piece of a tile into
+one zeroed fp32 workspace (atomics: the order of the adds varies from run to run, as in
+``splitk_atomic``), then the same reduce pass over that one slice: layers whose tiles fill half a
+wave or one and a half lose no SM to the tail. Launches: [the grad_out copy], the GEMM, [the reduce].
+One fp32 accumulator per tile (no two-level sum: a split's or piece's share is at most
+MAX_SPLIT_POSITIONS positions), so tiles up to 128x256.
 Only the channels-last NHWGC family (G*C and G*K packed per position) and 16-bit data run here.
 """
 
@@ -60,6 +64,8 @@ __all__ = ["ALGORITHM", "MAX_SPLIT_POSITIONS", "BwdWeightRowstackConfig", "bind"
 OP_NAME = "conv_bwd_weight"
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
+_MODE_STREAM = 3  # equal shares of all units' steps per program, atomic adds into one fp32 workspace
+SCHEDULES = ("split", "stream")
 _MAX_GRID = 2**31 - 1
 _MAX_BOX = 256  # TMA: at most 256 elements per box dim
 _PACK_BLOCK = 2048  # elements per program of the grad_out copy
@@ -100,56 +106,41 @@ def _rowstack_pack_kernel(dy_ptr, dyp_ptr, N, Ho, Wo, WCH, ROW, sy_n, sy_d, sy_h
     tl.store(dyp_ptr + chunk.to(tl.int64) * span + offs, v, mask=offs < span)
 
 
-# The tile order (split, g, tap, group-M swizzled tile) repeats bwd_weight_tma's kernel lines instead
-# of a shared @triton.jit helper: a shared one would change those kernels' hashes (kernel_identity.py)
-# and stale their tuned rows.
 @triton.jit
-def _bwd_weight_rowstack_kernel(
-    dy_desc, x_desc, out_ptr, ws_ptr,
-    d0, d1, d2, d3, alpha, beta,
-    G, K, C, TAPS, FY, FX, Ho, NB, WCH, CHUNK_ROWS, GC,
-    sd, sh, off_z, off_y, off_x, dil_z, dil_y, dil_x, SW,
-    STEPS_PER_SPLIT, TOTAL_STEPS, W_NUMEL,
-    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IMGS: tl.constexpr, BW: tl.constexpr,
-    GROUP_M: tl.constexpr, PACKED: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
-    UPCAST: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
-):
-    BLOCK_K: tl.constexpr = IMGS * BW
-    pid = tl.program_id(0)
+def _unit_coords(unit, G, K, C, TAPS, FX, FY, GC, SW, off_z, off_y, off_x, dil_z, dil_y, dil_x,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """A unit = (g, tap, group-M swizzled K x C tile), tile fastest: programs running together share
+    (g, tap) and with it the same grad_out and input boxes in L2. Returns the tap, its input offsets
+    (``q`` whole W steps of SW and the channel start ``chan`` of its phase) and the tile's k0, c0."""
     num_pid_m = tl.cdiv(K, BLOCK_M)
     num_pid_n = tl.cdiv(C, BLOCK_N)
     tiles = num_pid_m * num_pid_n
-    tile = pid % tiles
-    rest = pid // tiles
+    tile = unit % tiles
+    rest = unit // tiles
     tap = rest % TAPS
-    rest = rest // TAPS
-    g = rest % G
-    split = rest // G
+    g = (rest // TAPS) % G
     num_pid_in_group = GROUP_M * num_pid_n
     first_pid_m = (tile // num_pid_in_group) * GROUP_M
     group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile % num_pid_in_group) % group_size_m
-    pid_n = (tile % num_pid_in_group) // group_size_m
-    k0 = pid_m * BLOCK_M
-    c0 = pid_n * BLOCK_N
-
+    k0 = (first_pid_m + (tile % num_pid_in_group) % group_size_m) * BLOCK_M
+    c0 = ((tile % num_pid_in_group) // group_size_m) * BLOCK_N
     tx = tap % FX
     ty = (tap // FX) % FY
     tz = tap // (FX * FY)
-    zoff = tz * dil_z + off_z
-    yoff = ty * dil_y + off_y
     e = tx * dil_x + off_x  # the tap's input column offset: q whole steps of SW plus the phase par
     q = (e + 64 * SW) // SW - 64  # floor(e / SW) for a negative e too (|e| < 64 * SW: checked on the host)
-    par = e - q * SW
-    chan = par * GC + g * C + c0
+    chan = (e - q * SW) * GC + g * C + c0
+    return g, tz, ty, tx, tz * dil_z + off_z, ty * dil_y + off_y, q, chan, k0, c0
 
-    s_start = split * STEPS_PER_SPLIT
-    s_end = tl.minimum(s_start + STEPS_PER_SPLIT, TOTAL_STEPS)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(s_start, s_end):
-        # step s = ((od * Ho + oh) * WCH + wc) * NB + nb: images fastest, so consecutive steps of a
-        # split read neighbouring rows of the packed grad_out
+
+@triton.jit
+def _sum_steps(acc, dy_desc, x_desc, s_lo, s_hi, NB, WCH, Ho, CHUNK_ROWS, sd, sh, g, K, k0, zoff, yoff, q, chan,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IMGS: tl.constexpr, BW: tl.constexpr,
+               PACKED: tl.constexpr, UPCAST: tl.constexpr):
+    """acc += this unit's steps [s_lo, s_hi). Step s = ((od * Ho + oh) * WCH + wc) * NB + nb: images
+    fastest, so consecutive steps read neighbouring rows of the packed grad_out."""
+    BLOCK_K: tl.constexpr = IMGS * BW
+    for s in range(s_lo, s_hi):
         nb = s % NB
         t = s // NB
         wc = t % WCH
@@ -165,21 +156,75 @@ def _bwd_weight_rowstack_kernel(
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(tl.trans(a), b, acc, out_dtype=tl.float32)
+    return acc
 
+
+@triton.jit
+def _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr):
     offs_m = k0 + tl.arange(0, BLOCK_M)
     offs_n = c0 + tl.arange(0, BLOCK_N)
     if INT64:
         offs_m = offs_m.to(tl.int64)
         offs_n = offs_n.to(tl.int64)
         g = g.to(tl.int64)
-        split = split.to(tl.int64)
     w_offs = (g * ws_g + tz * ws_z + ty * ws_y + tx * ws_x) + offs_m[:, None] * ws_k + offs_n[None, :] * ws_c
-    w_mask = (offs_m < K)[:, None] & (offs_n < C)[None, :]
-    if MODE == 0:
-        res = apply_epilogue(acc, w_offs, w_mask, d0, d1, d2, d3, alpha, beta, OP, NUM_DS, USER_FN)
-        tl.store(out_ptr + w_offs, res.to(out_ptr.dtype.element_ty), mask=w_mask)
+    return w_offs, (offs_m < K)[:, None] & (offs_n < C)[None, :]
+
+
+@triton.jit
+def _bwd_weight_rowstack_kernel(
+    dy_desc, x_desc, out_ptr, ws_ptr,
+    d0, d1, d2, d3, alpha, beta,
+    G, K, C, TAPS, FY, FX, Ho, NB, WCH, CHUNK_ROWS, GC,
+    sd, sh, off_z, off_y, off_x, dil_z, dil_y, dil_x, SW,
+    STEPS_PER_SPLIT, TOTAL_STEPS, W_NUMEL,
+    ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IMGS: tl.constexpr, BW: tl.constexpr,
+    GROUP_M: tl.constexpr, PACKED: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
+    UPCAST: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    units = tl.cdiv(K, BLOCK_M) * tl.cdiv(C, BLOCK_N) * TAPS * G
+    if MODE == 3:
+        # ---- stream: an equal share [start, end) of all units' steps (unit-major); each piece of a
+        # unit is added into the zeroed fp32 workspace (no wave tail; the order of the adds varies)
+        total = units * TOTAL_STEPS
+        per = tl.cdiv(total, tl.num_programs(0))
+        start = pid * per
+        end = tl.minimum(start + per, total)
+        for unit in range(start // TOTAL_STEPS, tl.cdiv(end, TOTAL_STEPS)):
+            g, tz, ty, tx, zoff, yoff, q, chan, k0, c0 = _unit_coords(
+                unit, G, K, C, TAPS, FX, FY, GC, SW, off_z, off_y, off_x, dil_z, dil_y, dil_x,
+                BLOCK_M, BLOCK_N, GROUP_M)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc = _sum_steps(acc, dy_desc, x_desc, tl.maximum(start - unit * TOTAL_STEPS, 0),
+                             tl.minimum(end - unit * TOTAL_STEPS, TOTAL_STEPS), NB, WCH, Ho, CHUNK_ROWS, sd, sh,
+                             g, K, k0, zoff, yoff, q, chan, BLOCK_M, BLOCK_N, IMGS, BW, PACKED, UPCAST)
+            w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+                                        BLOCK_M, BLOCK_N, INT64)
+            tl.atomic_add(ws_ptr + w_offs, acc, mask=w_mask, sem="relaxed")
     else:
-        tl.store(ws_ptr + split * W_NUMEL + w_offs, acc, mask=w_mask)
+        # ---- split: program = (split, unit), unit fastest
+        unit = pid % units
+        split = pid // units
+        g, tz, ty, tx, zoff, yoff, q, chan, k0, c0 = _unit_coords(
+            unit, G, K, C, TAPS, FX, FY, GC, SW, off_z, off_y, off_x, dil_z, dil_y, dil_x,
+            BLOCK_M, BLOCK_N, GROUP_M)
+        s_start = split * STEPS_PER_SPLIT
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = _sum_steps(acc, dy_desc, x_desc, s_start, tl.minimum(s_start + STEPS_PER_SPLIT, TOTAL_STEPS), NB, WCH,
+                         Ho, CHUNK_ROWS, sd, sh, g, K, k0, zoff, yoff, q, chan, BLOCK_M, BLOCK_N, IMGS, BW, PACKED,
+                         UPCAST)
+        w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
+                                    BLOCK_M, BLOCK_N, INT64)
+        if MODE == 0:
+            res = apply_epilogue(acc, w_offs, w_mask, d0, d1, d2, d3, alpha, beta, OP, NUM_DS, USER_FN)
+            tl.store(out_ptr + w_offs, res.to(out_ptr.dtype.element_ty), mask=w_mask)
+        else:
+            if INT64:
+                split = split.to(tl.int64)
+            tl.store(ws_ptr + split * W_NUMEL + w_offs, acc, mask=w_mask)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,10 +235,13 @@ class BwdWeightRowstackConfig(GemmTileConfig):
     """A block_m (K) x block_n (C) tile of one tap's dW, reduced over steps of block_k positions: one
     output row of block_k / bw images (:func:`box_shape`); split over split_k programs (0: automatic,
     :func:`choose_split`); ``dy_read``: grad_out read ``"packed"`` (from a packed copy, a
-    shared-memory operand) or ``"inplace"`` (its own boxes; several images' rows go through registers)."""
+    shared-memory operand) or ``"inplace"`` (its own boxes; several images' rows go through registers);
+    ``schedule``: ``"split"`` (fp32 slices per split, fixed-order reduce: deterministic) or ``"stream"``
+    (one program per SM slot, equal shares of all tiles' steps, atomic adds: no wave tail)."""
 
     split_k: int
     dy_read: str
+    schedule: str
 
     @property
     def packed(self) -> bool:
@@ -215,6 +263,10 @@ class BwdWeightRowstackConfig(GemmTileConfig):
             return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
         if self.dy_read not in DY_READS:
             return f"dy_read={self.dy_read!r} must be one of {DY_READS}"
+        if self.schedule not in SCHEDULES:
+            return f"schedule={self.schedule!r} must be one of {SCHEDULES}"
+        if self.schedule == "stream" and sk:
+            return f"split_k={sk} has no meaning with schedule 'stream' (each program takes an equal share); use 0"
         return self.fit_reason(max_acc_regs=256)
 
 
@@ -281,7 +333,7 @@ def decline(cfg: BwdWeightRowstackConfig, params: ConvParams, layout: LayoutTrip
         return (f"{cfg.block_m}x{cfg.block_n} tiles with several images' rows per grad_out box read in place "
                 f"(through registers) gave wrong results under Triton 3.6 (session 26, H100: rel. error 6e-2 to "
                 f"1.7e-1 on 6 of 16 small layers with 4 splits); dy_read='packed' runs this tile")
-    if cfg.split_k and cfg.split_k < (least := min_split(params, cfg.block_k)):
+    if cfg.schedule == "split" and cfg.split_k and cfg.split_k < (least := min_split(params, cfg.block_k)):
         return (f"split_k={cfg.split_k} leaves over {MAX_SPLIT_POSITIONS} positions to one fp32 accumulator "
                 f"(rounding error past fp16's tolerance); this layer needs split_k >= {least} or 0 (automatic)")
     if imgs > 2 * params.N:
@@ -329,6 +381,8 @@ def choose_split(params: ConvParams, cfg: BwdWeightRowstackConfig, sms: int) -> 
 def model_split(params: ConvParams, values: dict, sms: int) -> int:
     """The split a launch of the config ``values`` (its parameters by name) takes: the cost model's."""
     cfg = BwdWeightRowstackConfig(**{k: values[k] for k in BwdWeightRowstackConfig.param_names()})
+    if cfg.schedule == "stream":
+        return 1
     split = int(cfg.split_k) or choose_split(params, cfg, sms)
     steps = _steps(params, cfg.block_k)
     return triton.cdiv(steps, triton.cdiv(steps, max(1, min(split, steps))))
@@ -349,20 +403,29 @@ def bind(args: RunArgs) -> Runner:
     sd, sh, sw = geo.stride3
     nb = triton.cdiv(N, imgs)
     total_steps = do * ho * wch * nb
-    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
-    split = max(1, min(split, total_steps))
-    steps_per_split = triton.cdiv(total_steps, split)
-    split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
     tiles = _tiles(p, cfg)
-    if tiles * split > _MAX_GRID:
-        raise ValueError(f"bwd-weight rowstack: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
-    mode = _MODE_FUSED if split == 1 else _MODE_SLICE
+    stream = cfg.schedule == "stream"
+    if stream:  # one program per SM slot, but no piece of a unit over MAX_SPLIT_POSITIONS positions
+        work = tiles * total_steps
+        programs = min(work, max(sm_count(dev) * programs_per_sm(cfg), triton.cdiv(work * bk, MAX_SPLIT_POSITIONS)))
+        if work >= INT32_LIMIT or programs > _MAX_GRID:
+            raise ValueError(f"bwd-weight rowstack: {tiles} tiles x {total_steps} steps are over the int32 step index")
+        split, steps_per_split, mode = 1, total_steps, _MODE_STREAM
+    else:
+        split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
+        split = max(1, min(split, total_steps))
+        steps_per_split = triton.cdiv(total_steps, split)
+        split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+        programs = tiles * split
+        if programs > _MAX_GRID:
+            raise ValueError(f"bwd-weight rowstack: {programs} programs are over the launch grid's {_MAX_GRID}")
+        mode = _MODE_FUSED if split == 1 else _MODE_SLICE
     w_numel = geo.w_numel
     int64 = bool(split * w_numel >= INT32_LIMIT)
     upcast = interpreting() and dt.data == torch.bfloat16
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     gemm = BoundKernel(
-        _bwd_weight_rowstack_kernel, (tiles * split,),
+        _bwd_weight_rowstack_kernel, (programs,),
         BLOCK_M=bm, BLOCK_N=bn, IMGS=imgs, BW=bw, GROUP_M=cfg.group_m, PACKED=cfg.packed, MODE=mode,
         INT64=int64, UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
@@ -399,7 +462,8 @@ def bind(args: RunArgs) -> Runner:
 
     def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
                   beta: float) -> None:
-        ws = torch.empty(split * w_numel, dtype=torch.float32, device=out.device)
+        # stream: the pieces are added into one zeroed slice; split: every slice is written whole
+        ws = (torch.zeros if stream else torch.empty)(split * w_numel, dtype=torch.float32, device=out.device)
         d = epilogue_args(ds, out)
         gemm(*operands(x, dy), out, ws, *d, alpha, beta, *sizes)
         finalize(ws, out, *d, alpha, beta, w_numel, split)

@@ -31,9 +31,7 @@ from typing import Any
 
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
-from ..kernels.bwd_weight_rowstack import reduction_positions as rowstack_positions
-from ..kernels.bwd_weight_shift import reduction_positions as shift_positions
-from ..kernels.bwd_weight_tma import walk_width as tma_walk_width
+from .box_rounding import boxed_reduction
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
@@ -77,8 +75,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
             ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
-            ("conv_bwd_data", "cfirst"): 1,
-            ("conv_bwd_data", "relayout"): 3}
+            ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
 TAPS_IN_COLUMNS = ("two_stage", "padx")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
@@ -233,16 +230,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             if op == "conv_bwd_data" and algorithm == "cfirst":  # tiles stay inside one image
                 m = params.N * _cdiv(math.prod(params.input), bm) * bm
             tiles = batch * -(-m // bm) * -(-n // bn)
-            if op == "conv_bwd_weight" and algorithm == "tma":  # rows in whole block_k-wide boxes
-                wo, bk = tma_walk_width(params), int(cfg["block_k"])
-                k = k * _cdiv(wo, bk) * bk // wo
-            if op == "conv_bwd_weight" and algorithm == "shift":  # whole boxes per plane + the fix
-                k = shift_positions(params, int(cfg["block_k"]))
-            if op == "conv_bwd_weight" and algorithm == "rowstack":  # whole bw-wide row chunks, boxes of images
-                k = rowstack_positions(params, int(cfg["block_k"]))
-            if op == "conv_bwd_weight" and algorithm == "cfirst":  # each image's positions in whole chunks
-                bk = int(cfg["block_k"])
-                k = params.N * _cdiv(math.prod(params.output), bk) * bk
+            if op == "conv_bwd_weight":  # the box-walking families reduce over padded positions
+                k = boxed_reduction(params, algorithm, cfg, k)
         split = int(cfg.get("split_k", 1) or 0)
         stream = cfg.get("schedule") == "stream"  # equal step shares on every SM, atomic adds of partial tiles
         pointwise = op == "conv_bwd_weight" and algorithm == "pointwise"  # its own split rule, whole boxes
