@@ -44,3 +44,29 @@ def test_residual_set_is_fused_add_dgrad_and_tuned_on_the_h100():
     ok = ok[ok["status"] == "ok"]
     missing = {p.key for p in probs} - set(ok["problem_key"])
     assert not missing, f"fused-add problems without an H100 row: {sorted(missing)[:3]}"
+
+
+def test_candidate_cut_puts_another_gpus_best_first_in_its_family():
+    """A ``max_instances`` cut (a sweep on a GPU nobody tuned) takes each kernel family's instances in the
+    order the cost model predicts, the other GPU's rows of the same problem included: the ResNet stem's
+    best H100 wgrad instance (a padx config) is in a 6-instance cut, where registry order had only padx's
+    first config."""
+    import pandas as pd
+
+    from instance_factory.problem import ConvParams
+    from instance_factory.tuning.candidates import candidates_for
+    from instance_factory.tuning.options import TuneOptions
+    from instance_factory.tuning.problem_sets import Problem
+
+    params = ConvParams(2, 1, 64, 64, 3, (7, 7), (224, 224), (2, 2), (1, 1), (3, 3), (3, 3))
+    pr = Problem("conv_bwd_weight", params, "NHWGC/GKYXC/NHWGK", "bf16")
+    h100 = read_db(next(p for p in SHIPPED if "h100" in p.name))
+    rows = h100[(h100["problem_key"] == pr.key) & (h100["status"] == "ok")]
+    best = rows.loc[pd.to_numeric(rows["median_ms"]).idxmin(), "instance"]
+    reg = get_registry()
+    runnable, _ = reg.candidates(pr.op, params, pr.layout, pr.dtype, pr.fused_op)
+    family = [i.name for i in runnable if i.algorithm == reg.get(best).algorithm]
+    assert family.index(best) > 0  # registry order would not take it first
+    cut, _ = candidates_for(pr, TuneOptions(max_instances=6))
+    assert best in {i.name for i in cut}
+    assert len({i.algorithm for i in cut}) >= 4  # still spread over the families

@@ -24,14 +24,22 @@ def _match(name: str, patterns: str | Sequence[str]) -> bool:
 
 
 def candidates_for(problem: Problem, options: TuneOptions | None = None) -> tuple[list[Any], list[tuple[Any, str]]]:
-    """(runnable instances, [(declined instance, reason)]) after the options' name filters."""
+    """(runnable instances, [(declined instance, reason)]) after the options' name filters. A
+    ``max_instances`` cut spreads over the kernel families, each family's instances in the order the
+    run-time cost model predicts them (:func:`lookup.predicted_order`): session 26's first H200 sweep
+    took them in registry order and missed, e.g., the ResNet stem's padx config that ran 2.5x faster on
+    the H100."""
     from ..registry import get_registry, spread_over_algorithms
+    from .lookup import predicted_order
 
     opts = options or TuneOptions()
     runnable, declined = get_registry().candidates(problem.op, problem.params, problem.layout,
                                                    problem.dtype, problem.fused_op)
     if opts.instances:
         runnable = [i for i in runnable if _match(i.name, opts.instances)]
+    if opts.max_instances is not None and len(runnable) > opts.max_instances:
+        runnable = predicted_order(problem.op, problem.params, problem.layout, problem.dtype, problem.fused_op,
+                                   runnable)
     return spread_over_algorithms(runnable, opts.max_instances), declined
 
 

@@ -39,7 +39,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,6 +279,24 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     return Choice(inst, source, key, neighbor=nearest[1], distance=nearest[0], db_files=index.files,
                   note=f"predicted {ranking.best.predicted_ms:.4g} ms ({ranking.best.basis})",
                   ranking=ranking.predictions, neighbors=ranking.neighbors)
+
+
+def predicted_order(op: str, params: Any, layout: str, dtype_name: str, fused: str, instances: Sequence[Any],
+                    device: Any = None) -> list[Any]:
+    """``instances`` fastest-predicted first: the heuristic policy's cost model with all the evidence this
+    device's lookup sees (its own rows, and other GPU kinds' shipped rows, this problem's included: on a GPU
+    nobody tuned yet, the problem's best instance on another one comes first). The tuner's candidate cut
+    (``--max-instances``) takes each kernel family's instances in this order."""
+    from .cost_model import rank
+    from .database import current_device
+
+    if not instances:
+        return []
+    dev = current_device(device)
+    ranking = rank(op, params, layout, dtype_name, fused, [(i.name, i.algorithm, i.cfg) for i in instances],
+                   _get_index(dev).evidence(dev))
+    order = {p.name: k for k, p in enumerate(ranking.predictions)}
+    return sorted(instances, key=lambda i: order.get(i.name, len(order)))
 
 
 #: algorithms (kernel families) not yet verified on a GPU. The tuner still verifies and times them; an untuned

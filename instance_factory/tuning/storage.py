@@ -18,6 +18,7 @@ of the file removes it (under the lock no other writer of that file can be using
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import warnings
 from pathlib import Path
@@ -115,6 +116,9 @@ def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
     data = (header_line() + check_new_rows(df)).encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600: keep the replaced file's mode (a shared database stays readable by
+        # the others who read it)
+        os.fchmod(fd, _file_mode(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -128,6 +132,15 @@ def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a rewrite of ``path`` keeps: its own, or 0644 for a new file (reading the umask would
+    set it for a moment, which other threads creating files would see)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o644
 
 
 def _fsync_dir(folder: Path) -> None:
