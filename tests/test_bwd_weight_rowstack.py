@@ -7,7 +7,8 @@ the box (7 of 8, 5 of 8) and wider (20 = two 16-wide chunks), a batch that does 
 of images, H and D strides, W strides 2 and 3 (the input read as phase channel blocks), dilation and
 asymmetric padding on every side, 1-D and 3-D, G > 1 with tiles past a group's channels, both grad_out
 reads (in place, several images' rows through registers; and the packed copy), splits that cut rows,
-every fused op, the 16-bit dtypes and the declines.
+the stream schedule (shares that start and end inside a tile, added atomically), every fused op, the
+16-bit dtypes and the declines.
 Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
 """
 
@@ -71,7 +72,8 @@ _WIDE_K = dict(block_m=64)
 @pytest.mark.parametrize("dy_read", ["inplace", "packed"])
 @pytest.mark.parametrize("name", list(GEOMETRY))
 def test_geometry(name, dy_read):
-    layout = ("nhwgc", "gnhwc")[list(GEOMETRY).index(name) % 2] if name.startswith("G2") is False else "nhwgc"
+    # G = 1 runs the group-major family too (the same memory); G > 1 needs the groups packed per position
+    layout = "nhwgc" if name.startswith("G2") else ("nhwgc", "gnhwc")[list(GEOMETRY).index(name) % 2]
     cfg = dict(dy_read=dy_read, **(_WIDE_K if name.startswith("G2") else {}))
     if dy_read == "packed" and rowstack.box_shape(GEOMETRY[name], 16)[0] == 1:
         # packing pays only where a box holds several images' rows: two here
@@ -161,6 +163,9 @@ def test_declines():
     assert ALG.decline(_cfg(dy_read="packed", **wide), batch8, lt, bf16, fo) is None
     assert ALG.decline(_cfg(dy_read="inplace", **wide), _p(2, K=16, C=16, i=(6, 64), lp=(1, 1), rp=(1, 1)),
                        lt, bf16, fo) is None  # one row a box: nothing goes through registers
+    huge = _p(2, N=4096, K=16, C=16, i=(512, 1024), lp=(1, 1), rp=(1, 1))  # 2^31 positions
+    why = ALG.decline(_cfg(), huge, lt, bf16, fo)
+    assert why and "int32" in why
     long = _p(3, N=32, K=64, C=64, i=(16, 56, 56), lp=(1, 1, 1), rp=(1, 1, 1))  # 1.6M positions (1.8M boxed)
     why = ALG.decline(_cfg(block_k=64, split_k=4), long, layout_for("nhwgc", 3), bf16, fo)
     assert why and "needs split_k >= 28" in why  # 16*56 rows x 32 images, 64-wide boxes

@@ -326,6 +326,9 @@ def decline(cfg: BwdWeightRowstackConfig, params: ConvParams, layout: LayoutTrip
     if isinstance(views, str):
         return views
     imgs, bw, _ = box_shape(params, cfg.block_k)
+    if reduction_positions(params, cfg.block_k) >= INT32_LIMIT:
+        return (f"rowstack addresses the packed grad_out rows and the TMA coordinates in int32: "
+                f"{reduction_positions(params, cfg.block_k)} boxed positions are over {INT32_LIMIT - 1}")
     if cfg.packed and imgs == 1:
         return (f"dy_read='packed' copies grad_out so that a box holds several images' rows; with block_k="
                 f"{cfg.block_k} and {params.output[-1]}-wide rows a box holds one row, read in place ('inplace')")
@@ -380,6 +383,7 @@ def choose_split(params: ConvParams, cfg: BwdWeightRowstackConfig, sms: int) -> 
 
 def model_split(params: ConvParams, values: dict, sms: int) -> int:
     """The split a launch of the config ``values`` (its parameters by name) takes: the cost model's."""
+    values = {"schedule": "split", **values}  # rows measured before the schedule existed ran "split"
     cfg = BwdWeightRowstackConfig(**{k: values[k] for k in BwdWeightRowstackConfig.param_names()})
     if cfg.schedule == "stream":
         return 1
