@@ -43,7 +43,7 @@ from ..problem import ConvParams
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters, flattenable
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .common import split_runner
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, sm_count
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, check_split_k, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_pointwise_run"]
 
@@ -144,11 +144,8 @@ class BwdWeightCfirstConfig(GemmTileConfig):
                or self.warpgroups_reason())
         if why is not None:
             return why
-        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
-            return f"num_stages={self.num_stages!r} must be an int in 2..6"
-        sk = self.split_k
-        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if (why := self.pipeline_stages_reason() or check_split_k(self.split_k)) is not None:
+            return why
         return self.fit_reason(max_acc_regs=256)
 
 

@@ -15,7 +15,7 @@ import triton
 
 from ..algorithms import RunArgs, interpreting
 from ..problem import ConvParams
-from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, is_pow2
+from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, check_split_k, is_pow2
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
            "SplitKConfig", "auto_split", "check_tensors", "choose_split_k", "fp8_reason", "tiles_of", "walk_step"]
@@ -58,9 +58,8 @@ class SplitKConfig(GemmTileConfig):
             return f"num_warps={nw!r} must be one of 1, 2, 4, 8, 16"
         if (why := check_num_stages(self.num_stages)) is not None:
             return why
-        sk = self.split_k
-        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if (why := check_split_k(self.split_k)) is not None:
+            return why
         if (why := self.split_rule()) is not None:
             return why
         if self.spec not in SPECS:

@@ -27,14 +27,14 @@ import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
-from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams, padded_extent
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm import decline as igemm_decline
 from .bwd_weight_igemm_plan import SplitKConfig, check_tensors, choose_split_k, walk_step
-from .common import _walk_advance, _walk_start
+from .common import _walk_advance, _walk_start, split_runner
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "bind", "decline", "padded_extent"]
@@ -242,28 +242,15 @@ def bind(args: RunArgs) -> Runner:
              *walk_step(cfg.block_k, geo.out3, False))
     w_numel = geo.w_numel
 
-    if mode == _MODE_FUSED:
-        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                      beta: float) -> None:
-            xp = torch.empty(xp_numel, dtype=x.dtype, device=x.device)
-            pad(x, xp, *pad_sizes)
-            gemm(xp, dy, out, out, *epilogue_args(ds, out), alpha, beta, *sizes)
-
-        return run_fused
-
-    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
-
-    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                  beta: float) -> None:
+    def padded(x: torch.Tensor, dy: torch.Tensor) -> tuple:
         xp = torch.empty(xp_numel, dtype=x.dtype, device=x.device)
         pad(x, xp, *pad_sizes)
-        ws = torch.empty(split * w_numel, dtype=torch.float32, device=out.device)
-        d = epilogue_args(ds, out)
-        gemm(xp, dy, out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, w_numel, split)
+        return xp, dy
 
-    return run_split
+    finalize = None if mode == _MODE_FUSED else BoundKernel(
+        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=padded)
 
 
 ALG = register_algorithm(Algorithm(

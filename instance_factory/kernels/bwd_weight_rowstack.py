@@ -46,7 +46,7 @@ import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
-from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
@@ -56,7 +56,8 @@ from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel
 from .bwd_weight_igemm_plan import check_tensors
 from .bwd_weight_pointwise import programs_per_sm
 from .bwd_weight_tma import MIN_GROUP_CHANNELS, tma_wgrad_reason
-from .host import INT32_LIMIT, GemmTileConfig, operand_smem_bytes, sm_count
+from .common import split_runner
+from .host import INT32_LIMIT, GemmTileConfig, check_split_k, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "MAX_SPLIT_POSITIONS", "BwdWeightRowstackConfig", "bind", "box_shape", "choose_split",
            "decline", "min_split", "model_split", "reduction_positions"]
@@ -256,17 +257,15 @@ class BwdWeightRowstackConfig(GemmTileConfig):
             return why
         if (why := self.group_m_reason() or self.warpgroups_reason()) is not None:
             return why
-        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
-            return f"num_stages={self.num_stages!r} must be an int in 2..6"
-        sk = self.split_k
-        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if (why := self.pipeline_stages_reason() or check_split_k(self.split_k)) is not None:
+            return why
         if self.dy_read not in DY_READS:
             return f"dy_read={self.dy_read!r} must be one of {DY_READS}"
         if self.schedule not in SCHEDULES:
             return f"schedule={self.schedule!r} must be one of {SCHEDULES}"
-        if self.schedule == "stream" and sk:
-            return f"split_k={sk} has no meaning with schedule 'stream' (each program takes an equal share); use 0"
+        if self.schedule == "stream" and self.split_k:
+            return (f"split_k={self.split_k} has no meaning with schedule 'stream' (each program takes an equal "
+                    "share); use 0")
         return self.fit_reason(max_acc_regs=256)
 
 
@@ -326,9 +325,9 @@ def decline(cfg: BwdWeightRowstackConfig, params: ConvParams, layout: LayoutTrip
     if isinstance(views, str):
         return views
     imgs, bw, _ = box_shape(params, cfg.block_k)
-    if reduction_positions(params, cfg.block_k) >= INT32_LIMIT:
+    if (positions := reduction_positions(params, cfg.block_k)) >= INT32_LIMIT:
         return (f"rowstack addresses the packed grad_out rows and the TMA coordinates in int32: "
-                f"{reduction_positions(params, cfg.block_k)} boxed positions are over {INT32_LIMIT - 1}")
+                f"{positions} boxed positions are over {INT32_LIMIT - 1}")
     if cfg.packed and imgs == 1:
         return (f"dy_read='packed' copies grad_out so that a box holds several images' rows; with block_k="
                 f"{cfg.block_k} and {params.output[-1]}-wide rows a box holds one row, read in place ('inplace')")
@@ -454,25 +453,11 @@ def bind(args: RunArgs) -> Runner:
             dy = dyp
         return _with_base(dy_template, dy), _with_base(x_template, x)
 
-    if mode == _MODE_FUSED:
-        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                      beta: float) -> None:
-            gemm(*operands(x, dy), out, out, *epilogue_args(ds, out), alpha, beta, *sizes)
-
-        return run_fused
-
-    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
-
-    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                  beta: float) -> None:
-        # stream: the pieces are added into one zeroed slice; split: every slice is written whole
-        ws = (torch.zeros if stream else torch.empty)(split * w_numel, dtype=torch.float32, device=out.device)
-        d = epilogue_args(ds, out)
-        gemm(*operands(x, dy), out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, w_numel, split)
-
-    return run_split
+    finalize = None if mode == _MODE_FUSED else BoundKernel(
+        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    # stream: the pieces are added into one zeroed slice; split: every slice is written whole
+    return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=operands, zeroed=stream)
 
 
 ALGORITHM = register_algorithm(Algorithm(

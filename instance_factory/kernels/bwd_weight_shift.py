@@ -42,7 +42,7 @@ import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
-from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
@@ -51,7 +51,8 @@ from .bwd_data_tma import _with_base, channels_last_view, descriptor_template, t
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .bwd_weight_tma import MIN_GROUP_CHANNELS, tma_wgrad_reason
-from .host import INT32_LIMIT, GemmTileConfig, is_pow2, operand_smem_bytes, sm_count
+from .common import split_runner
+from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightShiftConfig", "bind", "decline", "plane_plan"]
 
@@ -288,15 +289,13 @@ class BwdWeightShiftConfig(GemmTileConfig):
                 return f"{name}={v} must be 16..{_MAX_BOX} (tl.dot's smallest tile, a TMA box dim)"
         if (why := self.group_m_reason() or self.warpgroups_reason()) is not None:
             return why
-        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
-            return f"num_stages={self.num_stages!r} must be an int in 2..6"
-        sk = self.split_k
-        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if (why := self.pipeline_stages_reason() or check_split_k(self.split_k)) is not None:
+            return why
         if self.schedule not in _SCHEDULES:
             return f"schedule={self.schedule!r} must be one of {', '.join(_SCHEDULES)}"
-        if self.schedule == "stream" and sk:
-            return f"split_k={sk} has no meaning with schedule 'stream' (each program takes an equal share); use 0"
+        if self.schedule == "stream" and self.split_k:
+            return (f"split_k={self.split_k} has no meaning with schedule 'stream' (each program takes an equal "
+                    "share); use 0")
         return self.fit_reason(max_acc_regs=256)
 
 
@@ -448,25 +447,12 @@ def bind(args: RunArgs) -> Runner:
     def descriptors(x: torch.Tensor, dy: torch.Tensor) -> tuple:
         return _with_base(templates[0], dy), _with_base(templates[1], x), dy, x
 
-    if mode == _MODE_FUSED:
-        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                      beta: float) -> None:
-            gemm(*descriptors(x, dy), out, out, *epilogue_args(ds, out), alpha, beta, *sizes)
-
-        return run_fused
-
-    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
-
-    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                  beta: float) -> None:
-        # stream: the pieces are added into one zeroed slice; split: every slice is written whole
-        ws = (torch.zeros if stream else torch.empty)(split * w_numel, dtype=torch.float32, device=out.device)
-        d = epilogue_args(ds, out)
-        gemm(*descriptors(x, dy), out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, w_numel, split)
-
-    return run_split
+    finalize = None if mode == _MODE_FUSED else BoundKernel(
+        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    # stream: the pieces are added into one zeroed slice; split: every slice is written whole
+    return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=descriptors,
+                        zeroed=stream)
 
 
 ALGORITHM = register_algorithm(Algorithm(

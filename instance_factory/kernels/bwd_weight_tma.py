@@ -37,7 +37,7 @@ import triton.language as tl
 
 from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
 from ..dtypes import DataType
-from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple, layout_for
@@ -45,7 +45,8 @@ from ..problem import ConvParams
 from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .host import INT32_LIMIT, GemmTileConfig, is_pow2, merge_positions, operand_smem_bytes, sm_count
+from .common import split_runner
+from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, merge_positions, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "BwdWeightTmaConfig", "bind", "choose_split", "decline", "tma_wgrad_reason"]
 
@@ -199,11 +200,8 @@ class BwdWeightTmaConfig(GemmTileConfig):
             return f"rows*block_k={self.rows * self.block_k} positions per step is over {_MAX_STEP}"
         if (why := self.group_m_reason() or self.warpgroups_reason()) is not None:
             return why
-        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or not 2 <= self.num_stages <= 6:
-            return f"num_stages={self.num_stages!r} must be an int in 2..6"
-        sk = self.split_k
-        if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
-            return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+        if (why := self.pipeline_stages_reason() or check_split_k(self.split_k)) is not None:
+            return why
         return self.fit_reason(max_acc_regs=256)
 
 
@@ -347,25 +345,13 @@ def bind(args: RunArgs) -> Runner:
     dy_template = descriptor_template(args.b, dy_view, [1, 1, bk, 1, bm])
     x_template = descriptor_template(args.a, x_view, [1, 1, bk, 1, bn])
 
-    if mode == _MODE_FUSED:
-        def run_fused(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                      beta: float) -> None:
-            gemm(_with_base(dy_template, dy), _with_base(x_template, x), out, out, *epilogue_args(ds, out),
-                 alpha, beta, *sizes)
+    def descriptors(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        return _with_base(dy_template, dy), _with_base(x_template, x)
 
-        return run_fused
-
-    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
-
-    def run_split(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float,
-                  beta: float) -> None:
-        ws = torch.empty(split * w_numel, dtype=torch.float32, device=out.device)
-        d = epilogue_args(ds, out)
-        gemm(_with_base(dy_template, dy), _with_base(x_template, x), out, ws, *d, alpha, beta, *sizes)
-        finalize(ws, out, *d, alpha, beta, w_numel, split)
-
-    return run_split
+    finalize = None if mode == _MODE_FUSED else BoundKernel(
+        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=descriptors)
 
 
 ALGORITHM = register_algorithm(Algorithm(

@@ -15,6 +15,7 @@ dwstream, blockdiag).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -194,17 +195,22 @@ def split_chunks(split: int, length: int) -> tuple[int, int]:
 
 
 def split_runner(main: BoundKernel, finalize: BoundKernel | None, sizes: tuple, fin_sizes: tuple,
-                 ws_numel: int) -> Runner:
+                 ws_numel: int, *, operands: Callable[[torch.Tensor, torch.Tensor], tuple] | None = None,
+                 zeroed: bool = False) -> Runner:
     """The runner of a split reduction: one launch with the epilogue (``finalize`` None), else the
-    main kernel into an fp32 workspace of ``ws_numel`` and the fixed-order reduce."""
+    main kernel into an fp32 workspace of ``ws_numel`` (``zeroed`` for kernels that add into it
+    atomically) and the fixed-order reduce. ``operands(x, dy)``: the main kernel's leading arguments
+    when they are not (x, dy) themselves (TMA descriptors, a padded or packed copy)."""
+    make_ws = torch.zeros if zeroed else torch.empty
 
     def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        lead = (x, dy) if operands is None else operands(x, dy)
         d = epilogue_args(ds, out)
         if finalize is None:
-            main(x, dy, out, out, *d, alpha, beta, *sizes)
+            main(*lead, out, out, *d, alpha, beta, *sizes)
             return
-        ws = torch.empty(ws_numel, dtype=torch.float32, device=out.device)
-        main(x, dy, out, ws, *d, alpha, beta, *sizes)
+        ws = make_ws(ws_numel, dtype=torch.float32, device=out.device)
+        main(*lead, out, ws, *d, alpha, beta, *sizes)
         finalize(ws, out, *d, alpha, beta, *fin_sizes)
 
     return run

@@ -46,6 +46,13 @@ def check_num_stages(ns: Any) -> str | None:
     return None
 
 
+def check_split_k(sk: Any) -> str | None:
+    """Why a config's ``split_k`` is invalid (an int >= 0, 0 = automatic), or None."""
+    if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0:
+        return f"split_k={sk!r} must be an int >= 0 (0 = automatic)"
+    return None
+
+
 @dataclass(frozen=True)
 class GemmTileConfig(KernelConfig):
     """The parameters both igemm families start with: a block_m x block_n output tile reduced over
@@ -77,6 +84,13 @@ class GemmTileConfig(KernelConfig):
         gm = self.group_m
         if not isinstance(gm, int) or isinstance(gm, bool) or gm < 1:
             return f"group_m={gm!r} must be a positive int"
+        return None
+
+    def pipeline_stages_reason(self) -> str | None:
+        """Why num_stages is not an int in 2..6 (the TMA / wgmma families' software pipelines), or None."""
+        ns = self.num_stages
+        if not isinstance(ns, int) or isinstance(ns, bool) or not 2 <= ns <= 6:
+            return f"num_stages={ns!r} must be an int in 2..6"
         return None
 
     def warpgroups_reason(self) -> str | None:
