@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent
 DATA = {  # destination under instance_factory/data -> (source folder, patterns)
     "configs": ("configs", ("*.yaml",)),
     "problem_sets": ("configs/problem_sets", ("*.yaml",)),
-    "tuning_db": ("tuning_db", ("*.csv", "*.md")),
+    "tuning_db": ("tuning_db", ("*.csv.gz", "*.csv", "*.md")),
 }
 
 

@@ -15,7 +15,7 @@ from instance_factory.tuning.packed_tiles import blockdiag_dgrad_work
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the file with the most rows of the current kernels (the H200 file keeps 34 problems since session 9)
-SHIPPED = ROOT / "tuning_db" / "nvidia-h100-80gb-hbm3.csv"
+SHIPPED = ROOT / "tuning_db" / "nvidia-h100-80gb-hbm3.csv.gz"
 LAYOUT = "NHWGC/GKYXC/NHWGK"
 DENSE = ConvParams(2, 1, 32, 256, 256, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
 

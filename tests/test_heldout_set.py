@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from instance_factory.tuning.cost_model import conv_class
-from instance_factory.tuning.database import read_db, split_problem_key
+from instance_factory.tuning.database import read_db, split_problem_key, system_db_files
 from instance_factory.tuning.problem_sets import expand_problem_set, list_problem_sets, load_problem_set
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def test_heldout_covers_every_class_ndim_and_both_passes():
     assert {p.dtype for p in probs} == {"fp16", "bf16"}
 
 
-@pytest.mark.parametrize("db", sorted((ROOT / "tuning_db").glob("*.csv")), ids=lambda p: p.name)
+@pytest.mark.parametrize("db", system_db_files(ROOT / "tuning_db"), ids=lambda p: p.name)
 def test_no_heldout_problem_is_in_the_shipped_database(db):
     held = {(p.op, p.params.key()) for p in heldout_problems()}
     keys = set(read_db(db)["problem_key"].unique())

@@ -1,4 +1,4 @@
-"""The shipped system tier (tuning_db/*.csv) parses and names only instances the registry knows."""
+"""The shipped system tier (tuning_db/*.csv.gz) parses and names only instances the registry knows."""
 
 import warnings
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from instance_factory.registry import get_registry
-from instance_factory.tuning.database import best_per_problem, read_db
+from instance_factory.tuning.database import best_per_problem, read_db, system_db_files
 
-SHIPPED = sorted((Path(__file__).resolve().parent.parent / "tuning_db").glob("*.csv"))
+SHIPPED = system_db_files(Path(__file__).resolve().parent.parent / "tuning_db")
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
@@ -38,7 +38,7 @@ def test_residual_set_is_fused_add_dgrad_and_tuned_on_the_h100():
 
     probs = gather_problems(["resnet50_residual_b64"])
     assert len(probs) == 18 and {p.op for p in probs} == {"conv_bwd_data"} and {p.fused_op for p in probs} == {"add"}
-    h100 = [p for p in SHIPPED if p.name == "nvidia-h100-80gb-hbm3.csv"]
+    h100 = [p for p in SHIPPED if p.name == "nvidia-h100-80gb-hbm3.csv.gz"]
     assert h100, "the H100 file is part of the shipped system tier"
     ok = read_db(h100[0])
     ok = ok[ok["status"] == "ok"]

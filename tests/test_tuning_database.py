@@ -249,5 +249,5 @@ def test_tier_paths(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert D.user_db_path("cpu") == tmp_path / "cache" / "instance_factory" / "cpu.csv"
     monkeypatch.delenv("INSTANCE_FACTORY_SYSTEM_DB", raising=False)
-    assert D.system_db_path("nvidia-h200") == REPO / "tuning_db" / "nvidia-h200.csv"
+    assert D.system_db_path("nvidia-h200") == REPO / "tuning_db" / "nvidia-h200.csv.gz"
     assert D.DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132).kind == "nvidia-h100-80gb-hbm3"

@@ -82,10 +82,10 @@ def test_the_reader_refuses_what_the_writer_refuses(tmp_path, kind):
 
 
 def test_shipped_database_passes_the_row_check():
-    h200 = D.read_db(REPO / "tuning_db" / "nvidia-h200.csv")
+    h200 = D.read_db(REPO / "tuning_db" / "nvidia-h200.csv.gz")
     # version-1 rows (session 2) read as they are, beside the version-2 rows merged in session 26
     assert (h200["schema_version"] == 1).sum() > 500 and set(h200["schema_version"]) == {1, 2}
-    h100 = D.read_db(REPO / "tuning_db" / "nvidia-h100-80gb-hbm3.csv")
+    h100 = D.read_db(REPO / "tuning_db" / "nvidia-h100-80gb-hbm3.csv.gz")
     assert len(h100) > 10_000 and set(h100["status"]) <= set(D.STATUSES)
 
 
@@ -229,7 +229,7 @@ def test_no_committed_row_is_lost_to_kills_or_merges_while_writing(tmp_path):
         procs[wid] = ctx.Process(target=_writer, args=(str(shard), wid, str(tmp_path / f"{wid}.log")), daemon=True)
         procs[wid].start()
 
-    D.read_db(REPO / "tuning_db" / "nvidia-h200.csv").head(0)  # warm the imports the writers inherit
+    D.read_db(REPO / "tuning_db" / "nvidia-h200.csv.gz").head(0)  # warm the imports the writers inherit
     for w in range(8):
         start(f"w{w}")
     deadline = time.monotonic() + 60

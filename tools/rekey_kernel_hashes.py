@@ -8,14 +8,16 @@ is left as it is, so it stays stale.
 
     git stash; python tools/rekey_kernel_hashes.py dump old.json; git stash pop   # old formula
     python tools/rekey_kernel_hashes.py dump new.json                             # new formula
-    python tools/rekey_kernel_hashes.py apply old.json new.json tuning_db/*.csv evidence/*.jsonl evidence/gpu/*.jsonl
+    python tools/rekey_kernel_hashes.py apply old.json new.json tuning_db/*.csv.gz evidence/*.jsonl evidence/gpu/*.jsonl
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -64,11 +66,16 @@ def apply(old_path: str, new_path: str, files: list[str]) -> None:
     old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
     mapping = {name: (old[name], new[name]) for name in old.keys() & new.keys()}
     for f in files:
-        text = Path(f).read_text()
-        fn = _rekey_csv if f.endswith(".csv") else _rekey_jsonl
+        gz = f.endswith(".gz")  # the shipped tier: gzip'd CSV (storage.write_db's bytes: level 9, no time stamp)
+        raw = Path(f).read_bytes()
+        text = (gzip.decompress(raw) if gz else raw).decode("utf-8")
+        fn = _rekey_csv if f.endswith((".csv", ".csv.gz")) else _rekey_jsonl
         out, changed, kept = fn(text, mapping)
         if out != text:
-            Path(f).write_text(out)
+            data = out.encode("utf-8")
+            tmp = Path(f + ".rekey.tmp")
+            tmp.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if gz else data)
+            os.replace(tmp, f)
         print(f"{f}: {changed} re-keyed, {kept} left as they were")
 
 

@@ -5,7 +5,7 @@ passes, channels-last (NHWGC) and channels-first (NGCHW), for the repo's network
     python tools/ship_db_sweep.py --status                          # what is done, what is left
 
 Each run tunes in priority order (the dtypes and layouts the untuned path lacks most first) until
---minutes, into ``tuning_db/<device>.csv`` (``--db system``) or --db. The tuner skips every
+--minutes, into ``tuning_db/<device>.csv.gz`` (``--db system``) or --db. The tuner skips every
 (problem, instance) pair the file already holds for this device, software and kernel, so a rerun
 resumes where the last one stopped. The held-out set (configs/problem_sets/heldout.yaml) is never
 tuned here: it must stay out of tuning_db/. Copy the database file and the printed summaries from

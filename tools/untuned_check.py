@@ -90,11 +90,11 @@ def interleave(problems: list) -> list:
 
 def shipped_overlap(problems: list) -> list[str]:
     """Held-out problems (any dtype / layout) that the shipped tier holds: must be none."""
-    from instance_factory.tuning.database import read_db, split_problem_key, system_db_dir
+    from instance_factory.tuning.database import read_db, split_problem_key, system_db_files
 
     held = {(p.op, p.params.key()): p.key for p in problems}
     leaked = []
-    for path in sorted(system_db_dir().glob("*.csv")):
+    for path in system_db_files():
         for key in read_db(path)["problem_key"].unique():
             op, _, _, _, pkey = split_problem_key(key)
             if (op, pkey) in held:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     # the default must come from the shipped tier alone: an empty user tier of our own
     user_dir = out / "empty_user_db"
     user_dir.mkdir(exist_ok=True)
-    for f in user_dir.glob("*.csv"):
+    for f in [*user_dir.glob("*.csv"), *user_dir.glob("*.csv.gz")]:
         f.unlink()
     os.environ["INSTANCE_FACTORY_USER_DB"] = str(user_dir)
     os.environ.pop("INSTANCE_FACTORY_MISS_POLICY", None)

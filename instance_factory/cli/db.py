@@ -1,7 +1,7 @@
 """``instance-factory db``: show, summarize, compact, prune or evaluate the tuning databases.
 
     instance-factory db summary | instance-factory db show --problem 56x56
-    instance-factory db prune --db tuning_db/nvidia-h100-80gb-hbm3.csv  # drop rows of changed kernels
+    instance-factory db prune --db tuning_db/nvidia-h100-80gb-hbm3.csv.gz  # drop rows of changed kernels
     instance-factory db evaluate                                      # leave-one-out score of the miss policy
     instance-factory db evaluate --hide layer                         # ... hiding each layer at every batch size
 """

@@ -1,6 +1,6 @@
 """``instance-factory merge``: tuning-database shard files into one (the best row per result).
 
-    instance-factory merge tuning_db/nvidia-h200.csv shard0.csv shard1.csv
+    instance-factory merge tuning_db/nvidia-h200.csv.gz shard0.csv shard1.csv
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
                         "GPU). Needs the 'distributed' extra")
     p.add_argument("--dask-workers", type=int, help="workers of the local Dask cluster (default: one per GPU; "
                    "2 in the interpreter)")
-    p.add_argument("--db", help="database file, or 'user' (default) / 'system' (tuning_db/<device>.csv)")
+    p.add_argument("--db", help="database file, or 'user' (default) / 'system' (tuning_db/<device>.csv.gz)")
     p.add_argument("--summary", help="also write the Markdown summary table to this file")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

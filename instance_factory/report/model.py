@@ -174,7 +174,7 @@ def _is_current(rec: VerifyRecord, hashes: dict[str, str]) -> bool:
 
 
 def _read_tuning(tuning_db_dir: str | Path | None, notes: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    from ..tuning.database import empty_frame, read_db
+    from ..tuning.database import empty_frame, read_db, system_db_files
 
     if tuning_db_dir is None:
         return empty_frame(), []
@@ -183,7 +183,7 @@ def _read_tuning(tuning_db_dir: str | Path | None, notes: list[str]) -> tuple[pd
         from .evidence import EvidenceError
 
         raise EvidenceError(f"tuning database folder {d} does not exist")
-    files = sorted(d.glob("*.csv"))
+    files = system_db_files(d)
     frames = [read_db(p) for p in files]  # DatabaseError names the file and line
     frames = [f for f in frames if len(f)]
     if not frames:

@@ -1,14 +1,16 @@
 """The tuning database: one row per (device, software, problem, instance) measurement.
 
 Storage
-    A plain CSV file with a header row, one row per result, columns in :data:`COLUMNS` order
+    A CSV file with a header row, one row per result, columns in :data:`COLUMNS` order
     (:mod:`.schema`, with a ``schema_version``), floats written with 6 significant digits and missing
-    values as empty fields. ``add`` appends (it never rewrites the file; a later row replaces an
+    values as empty fields; gzip-compressed when the name ends in ``.gz`` (the shipped tier: the
+    device copies and wheels stay small; ``gzip -dc`` or ``instance-factory db show`` read it).
+    ``add`` appends (it never rewrites the file; a later row replaces an
     earlier one of the same identity when read); ``compact`` (run at the end of every sweep) and
     merges rewrite it sorted by identity, so a re-tune shows up in ``git diff`` as the changed rows.
 
 Tiers
-    * system tier: ``tuning_db/<device-kind>.csv`` shipped with the package, read-only at run time
+    * system tier: ``tuning_db/<device-kind>.csv.gz`` shipped with the package, read-only at run time
       (``INSTANCE_FACTORY_SYSTEM_DB`` overrides the folder);
     * user tier: ``$INSTANCE_FACTORY_USER_DB`` (a folder, or one ``.csv`` file), default
       ``$XDG_CACHE_HOME/instance_factory`` or ``~/.cache/instance_factory``, one
@@ -104,7 +106,10 @@ __all__ = [
     "read_db",
     "split_problem_key",
     "system_db_dir",
+    "system_db_files",
     "system_db_path",
+    "device_kind_of",
+    "DB_SUFFIXES",
     "to_csv_text",
     "user_db_path",
     "valid_rows",
@@ -218,16 +223,41 @@ def system_db_dir() -> Path:
     return pkg.parent / "tuning_db"
 
 
+DB_SUFFIXES = (".csv.gz", ".csv")  # the shipped tier's files are gzip'd; a plain one still reads
+
+
 def system_db_path(device_kind: str) -> Path:
-    return system_db_dir() / f"{device_kind}.csv"
+    """``tuning_db/<kind>.csv.gz``, or the plain ``<kind>.csv`` where only that one exists."""
+    d = system_db_dir()
+    for suffix in DB_SUFFIXES:
+        if (d / f"{device_kind}{suffix}").exists():
+            return d / f"{device_kind}{suffix}"
+    return d / f"{device_kind}{DB_SUFFIXES[0]}"
+
+
+def system_db_files(folder: str | os.PathLike | None = None) -> list[Path]:
+    """Every database file of the system tier (or of ``folder``), sorted by name."""
+    d = Path(folder) if folder is not None else system_db_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.is_file() and p.name.lower().endswith(DB_SUFFIXES))
+
+
+def device_kind_of(path: str | os.PathLike) -> str:
+    """The device kind a database file is named after: ``tuning_db/nvidia-h200.csv.gz`` -> nvidia-h200."""
+    name = Path(path).name
+    for suffix in DB_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return Path(path).stem
 
 
 def user_db_path(device_kind: str) -> Path:
-    """``$INSTANCE_FACTORY_USER_DB`` (a ``.csv`` file, or a folder holding ``<kind>.csv``)."""
+    """``$INSTANCE_FACTORY_USER_DB`` (a ``.csv`` or ``.csv.gz`` file, or a folder holding ``<kind>.csv``)."""
     env = os.environ.get("INSTANCE_FACTORY_USER_DB")
     if env:
         p = Path(env).expanduser()
-        if p.suffix.lower() == ".csv":
+        if p.name.lower().endswith(DB_SUFFIXES):
             return p
         return p / f"{device_kind}.csv"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -351,11 +351,11 @@ class _Index:
 def _foreign_rows(dev: Any) -> list[dict]:
     """Rows the shipped tier holds for other device kinds (current kernels, any software): how the
     same kernels rank on another GPU is better evidence than none."""
-    from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
+    from .database import read_db, registry_kernel_hashes, system_db_files, valid_rows
 
     out: list[dict] = []
     hashes = registry_kernel_hashes()
-    for path in sorted(system_db_dir().glob("*.csv")):
+    for path in system_db_files():
         df = valid_rows(read_db(path), kernel_hashes=hashes, ok_only=False)
         if len(df):
             out += _evidence_records(df[df["device"] != dev.name])

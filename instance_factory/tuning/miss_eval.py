@@ -154,9 +154,9 @@ def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide:
     """Leave-one-out score of the miss policy on each device's rows of ``db`` (default: every file of
     the system tier), one Markdown table per (file, device); rows of the current kernels (any
     software) unless ``stale_rows``; ``hide``: what is hidden per problem (:data:`HIDE_MODES`)."""
-    from .database import read_db, registry_kernel_hashes, system_db_dir, valid_rows
+    from .database import read_db, registry_kernel_hashes, system_db_files, valid_rows
 
-    paths = [db] if db else sorted(str(p) for p in system_db_dir().glob("*.csv"))
+    paths = [db] if db else [str(p) for p in system_db_files()]
     hashes = registry_kernel_hashes()
     for path in paths:
         df = read_db(path)

@@ -1,26 +1,31 @@
 """Database files on disk: strict reads, appends, atomic rewrites, torn tails and stale temp files.
 
-A file is the CSV text of :mod:`.schema`: a header, then one physical line per row. Writers hold the
-file's lock (see :class:`~.database.TuningDB`) and either
+A file is the CSV text of :mod:`.schema`: a header, then one physical line per row; a name ending in
+``.gz`` holds that text gzip-compressed (the shipped tier: a twelfth of the size), as one or more
+gzip members (each append adds one; any gzip reader joins them). Writers hold the file's lock (see
+:class:`~.database.TuningDB`) and either
 
 * **append** new rows (O(new rows): the file is not rewritten; a later row replaces an earlier one
   with the same identity when the file is read), or
 * **rewrite** it whole (compaction, merges, a header from an older schema): a temporary file in the
   same folder, fsync, ``os.replace``, so a reader sees the old or the new file, never half of one.
 
-A writer killed in the middle of an append leaves a last line without its line end (a *torn tail*):
-readers ignore it with a :class:`TornTailWarning` and the next writer cuts it off under the lock (it
-was never a committed row: ``add`` returns only after the append is fsynced). A writer killed
+A writer killed in the middle of an append leaves a last line without its line end, or in a ``.gz``
+file a last member cut short (a *torn tail*): readers ignore it with a :class:`TornTailWarning` and
+the next writer cuts it off under the lock (it was never a committed row: ``add`` returns only after
+the append is fsynced). A writer killed
 between a temporary file's fsync and its rename leaves that temporary file behind: the next writer
 of the file removes it (under the lock no other writer of that file can be using one).
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import stat
 import tempfile
 import warnings
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -35,8 +40,32 @@ from .schema import (
     to_csv_text,
 )
 
-__all__ = ["TornTailWarning", "append_rows", "check_new_rows", "file_signature", "read_db",
+__all__ = ["TornTailWarning", "append_rows", "check_new_rows", "file_signature", "is_compressed", "read_db",
            "remove_stale_temps", "write_db"]
+
+
+def is_compressed(path: str | os.PathLike) -> bool:
+    """A ``.gz`` database file (gzip members of the CSV text)."""
+    return str(path).lower().endswith(".gz")
+
+
+def _gzip_members(raw: bytes) -> tuple[bytes, int, str | None]:
+    """(the text of the complete members, the byte length they span, a problem or None). A last
+    member cut short is a torn tail (its bytes are left out of the length); anything that is not
+    gzip data is a problem."""
+    out, pos = [], 0
+    while pos < len(raw):
+        d = zlib.decompressobj(wbits=31)
+        try:
+            chunk = d.decompress(raw[pos:])
+        except zlib.error as exc:
+            return b"".join(out), pos, f"byte {pos}: not gzip data ({exc})"
+        if not d.eof:  # cut short: a writer killed while appending this member
+            return b"".join(out), pos, None
+        out.append(chunk)
+        pos = len(raw) - len(d.unused_data)
+    return b"".join(out), pos, None
+
 
 
 class TornTailWarning(UserWarning):
@@ -48,7 +77,8 @@ def _damaged(path: Path, problems: list[str]) -> DatabaseError:
     more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
     return DatabaseError(
         f"damaged tuning database {path}: {shown}{more}. Nothing was read from it or written to it; "
-        f"repair the file (it is CSV; `git diff` or a backup shows what changed) or move it away."
+        f"repair the file (it is CSV, gzip'd when its name ends in .gz; `git diff` or a backup shows what "
+        f"changed) or move it away."
     )
 
 
@@ -62,6 +92,17 @@ def read_db(path: str | os.PathLike) -> pd.DataFrame:
         return empty_frame()
     except OSError as exc:
         raise DatabaseError(f"cannot read tuning database {path}: {exc}") from exc
+    if is_compressed(path):
+        plain, complete, problem = _gzip_members(raw)
+        if problem:
+            raise _damaged(path, [problem])
+        if complete < len(raw):
+            if complete == 0:
+                raise _damaged(path, ["its first gzip member is cut short (the file was cut short?)"])
+            warnings.warn(f"tuning database {path}: ignoring its incomplete last gzip member "
+                          f"({len(raw) - complete} bytes: an append in progress, or a writer killed while "
+                          f"appending)", TornTailWarning, stacklevel=2)
+        raw = plain
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -113,7 +154,7 @@ def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = (header_line() + check_new_rows(df)).encode("utf-8")
+    data = _encode(path, header_line() + check_new_rows(df))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600: keep the replaced file's mode (a shared database stays readable by
@@ -132,6 +173,24 @@ def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _encode(path: Path, text: str) -> bytes:
+    """The bytes that hold ``text`` in ``path``: gzip for a ``.gz`` name (no time stamp, so the same
+    rows give the same bytes), UTF-8 otherwise."""
+    data = text.encode("utf-8")
+    return gzip.compress(data, compresslevel=9, mtime=0) if is_compressed(path) else data
+
+
+def _first_line(path: Path) -> str:
+    if is_compressed(path):
+        try:
+            with gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="") as f:
+                return f.readline()
+        except (OSError, EOFError, zlib.error):
+            return ""  # not a header: the caller rewrites through read_db, which names the damage
+    with open(path, "rb") as f:
+        return f.readline().decode("utf-8", "replace")
 
 
 def _file_mode(path: Path) -> int:
@@ -190,14 +249,12 @@ def append_rows(path: Path, df: pd.DataFrame, body: str | None = None) -> None:
     if not path.exists():
         write_db(path, df)
         return
-    with open(path, "rb") as f:
-        first = f.readline().decode("utf-8", "replace")
-    if first != header_line():  # another schema version (or a damaged header: read_db says so)
+    if _first_line(path) != header_line():  # another schema version (or a damaged header: read_db says so)
         old = read_db(path)
         write_db(path, pd.concat([old, df], ignore_index=True).drop_duplicates(list(IDENTITY), keep="last"))
         return
     _cut_torn_tail(path)
-    data = body.encode("utf-8")
+    data = _encode(path, body)  # a .gz file gains one gzip member
     with open(path, "ab") as f:
         half = len(data) // 2
         f.write(data[:half])
@@ -209,7 +266,19 @@ def append_rows(path: Path, df: pd.DataFrame, body: str | None = None) -> None:
 
 
 def _cut_torn_tail(path: Path) -> None:
-    """Truncate ``path`` after its last line end (it has at least the header line)."""
+    """Truncate ``path`` after its last line end, or a ``.gz`` file after its last complete member
+    (it has at least the header line)."""
+    if is_compressed(path):
+        raw = path.read_bytes()
+        _, complete, problem = _gzip_members(raw)
+        if problem or complete == 0:
+            raise DatabaseError(f"damaged tuning database {path}: {problem or 'no complete gzip member'}")
+        if complete < len(raw):
+            with open(path, "rb+") as f:
+                f.truncate(complete)
+                f.flush()
+                os.fsync(f.fileno())
+        return
     size = path.stat().st_size
     with open(path, "rb+") as f:
         if size == 0:
