@@ -494,3 +494,14 @@ def test_launch_rejects_wrong_result_dtype():
                    x, dy, (), out, _cfg("igemm"))
     with pytest.raises(ValueError, match="float32 result"):
         _alg("igemm").launch(args)
+
+
+@pytest.mark.parametrize("tile,split", [((16, 32, 128), 512), ((32, 16, 256), 0), ((64, 16, 128), 512)])
+def test_skinny_1x1_long_steps(tile, split):
+    # session 27's few-channel 1x1 configs: tiles under 64x64, 128/256 positions a step, 512 splits (more
+    # than the reduction has steps: the spare splits add nothing); K and C not multiples of the tile
+    m, n, k = tile
+    p = _p(2, N=3, K=24, C=40, f=(1, 1), i=(9, 13))
+    cfg = _cfg("splitk_atomic", block_m=m, block_n=n, block_k=k, num_stages=3, split_k=split, spec="1x1s1p0")
+    for dtype in ("bf16", "fp16"):
+        _check("splitk_atomic", p, "nhwgc", dtype, cfg=cfg, beta=0.0)

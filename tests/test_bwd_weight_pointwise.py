@@ -73,6 +73,16 @@ def test_splits(split, reduce):
     _check(p, cfg=_cfg(split_k=split, block_k=32, reduce=reduce))
 
 
+@pytest.mark.parametrize("tile", [(16, 32, 128), (32, 16, 64), (16, 16, 256)])
+def test_skinny_tiles(tile):
+    # few-channel 1x1 layers (MobileNetV2's 16x32 at 112x112): tiles under a warpgroup's 64 MMA rows and
+    # long boxes; K and C not multiples of the tile, a ragged last split, both reduces
+    m, n, k = tile
+    p = _p(2, G=1, N=3, K=24, C=40, f=(1, 1), i=(9, 13))
+    for reduce in pw.REDUCES:
+        _check(p, cfg=_cfg(block_m=m, block_n=n, block_k=k, split_k=3, reduce=reduce))
+
+
 @pytest.mark.parametrize("reduce", pw.REDUCES)
 def test_repeat_launch_is_bitwise_equal(reduce):
     # the counters are back at zero after a launch (else the second would never sum its slabs) and
@@ -176,7 +186,8 @@ def test_plan():
 
 def test_config_checks():
     assert _cfg().check() is None
-    assert "block_m" in _cfg(block_m=32).check()
+    assert _cfg(block_m=16, block_n=32, block_k=256).check() is None  # skinny layers: tl.dot's smallest tile
+    assert "block_m" in _cfg(block_m=8).check()
     assert "split_k" in _cfg(split_k=-1).check()
     assert "split_k" in _cfg(split_k=pw.MAX_SPLIT + 1).check()
     assert "accumulator" in _cfg(block_m=256, block_n=256, num_warps=8).check()

@@ -13,6 +13,7 @@ Writes results as JSON lines under --out and prints a short table last.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import sys
@@ -122,7 +123,7 @@ def _compile_job(case: Case, name: str) -> str | None:
 
 
 def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: set | None = None,
-              algorithms: set[str] | None = None) -> list[dict]:
+              algorithms: set[str] | None = None, name_globs: list[str] | None = None) -> list[dict]:
     """Verify the chosen instances of every case; compile ahead in worker processes (Triton's disk
     cache), skipping (case, instance) pairs in ``done`` (passed in an earlier run)."""
     import multiprocessing as mp
@@ -136,8 +137,10 @@ def run_cases(cases: list[Case], per_case: int, log, max_algs: int = 99, done: s
         runnable, declined = reg.candidates(case.op, case.params, case.layout, case.dtype, case.fused_op)
         if algorithms:
             runnable = [i for i in runnable if i.algorithm in algorithms]
-            if not runnable:
-                continue
+        if name_globs:  # e.g. only a family's new configs
+            runnable = [i for i in runnable if any(fnmatch.fnmatch(i.name, g) for g in name_globs)]
+        if (algorithms or name_globs) and not runnable:
+            continue
         chosen = [i for i in _choose_instances(idx, runnable, per_case, max_algs)
                   if (case.title, i.name) not in (done or set())]
         plan.append((idx, case, chosen, declined if not runnable else None))
@@ -323,6 +326,7 @@ def main() -> int:
     ap.add_argument("--ck-one-dtype", action="store_true", help="one dtype per CK problem, alternating")
     ap.add_argument("--algorithms", help="comma-separated kernel families: verify only these (cases where "
                     "none applies are left out)")
+    ap.add_argument("--instances", help="comma-separated globs on instance names: verify only those")
     ap.add_argument("--ops", default="conv_bwd_data,conv_bwd_weight", help="ops to bench")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--skip-passed", nargs="*", default=[], help="earlier gpu_check logs: skip what passed there")
@@ -348,7 +352,8 @@ def main() -> int:
                 continue
             t0 = time.time()
             rows = run_cases(cases(), ns.per_case, log, ns.max_algs, _passed_before(ns.skip_passed),
-                             set(ns.algorithms.split(",")) if ns.algorithms else None)
+                             set(ns.algorithms.split(",")) if ns.algorithms else None,
+                             ns.instances.split(",") if ns.instances else None)
             done = [r for r in rows if "error" in r]
             bad = [r for r in rows if r.get("status") != "PASS"]  # failed, errors, skipped (time budget)
             worst = max((r["error"] for r in done if r["error"] == r["error"]), default=float("nan"))

@@ -58,6 +58,16 @@ PROBLEMS = {  # held-out layers (grouped_depthwise.yaml) plus MobileNetV2's wors
     "r50_l3_expand": ConvParams(2, 1, 64, 1024, 256, (1, 1), (14, 14), (1, 1), (1, 1), (0, 0), (0, 0)),
     "r50_ds_l4_s2": ConvParams(2, 1, 64, 2048, 1024, (1, 1), (14, 14), (2, 2), (1, 1), (0, 0), (0, 0)),
     "mnv2_first_1x1": ConvParams(2, 1, 64, 16, 32, (1, 1), (112, 112), (1, 1), (1, 1), (0, 0), (0, 0)),
+    # few-channel 1x1 layers (session 27): MobileNetV2 (in the shipped sets) and held-out networks
+    # (EfficientNet-B0, MobileNetV3, ShuffleNetV2), memory-bound: dW is a few KiB, the reduction millions
+    "mnv2_first_1x1_b128": ConvParams(2, 1, 128, 16, 32, (1, 1), (112, 112), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "mnv2_proj_32_144": ConvParams(2, 1, 64, 32, 144, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "mnv2_exp_192_32": ConvParams(2, 1, 64, 192, 32, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "mnv2_proj_64_192_b128": ConvParams(2, 1, 128, 64, 192, (1, 1), (14, 14), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "mnv2_proj_24_96": ConvParams(2, 1, 64, 24, 96, (1, 1), (56, 56), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "effb0_proj_24_144": ConvParams(2, 1, 64, 24, 144, (1, 1), (56, 56), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "mnv3_exp_64_16": ConvParams(2, 1, 64, 64, 16, (1, 1), (112, 112), (1, 1), (1, 1), (0, 0), (0, 0)),
+    "shufflenet_24_24": ConvParams(2, 1, 128, 24, 24, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0)),
     "convnext_mlp_up": ConvParams(2, 1, 32, 384, 96, (1, 1), (56, 56), (1, 1), (1, 1), (0, 0), (0, 0)),
     "effnet_project": ConvParams(2, 1, 32, 40, 240, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0)),
     "resnext101_l4_1x1": ConvParams(2, 1, 32, 2048, 2048, (1, 1), (7, 7), (1, 1), (1, 1), (0, 0), (0, 0)),

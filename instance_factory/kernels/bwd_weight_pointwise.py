@@ -210,8 +210,6 @@ class BwdWeightPointwiseConfig(GemmTileConfig):
     def check(self) -> str | None:
         if (why := self.blocks_reason(_MAX_BOX, "tl.dot's smallest tile, a TMA box dim")) is not None:
             return why
-        if self.block_m < 64:
-            return f"block_m={self.block_m} must be >= 64 (one warpgroup MMA's rows)"
         sk = self.split_k
         if not isinstance(sk, int) or isinstance(sk, bool) or not 0 <= sk <= MAX_SPLIT:
             return f"split_k={sk!r} must be an int in 0..{MAX_SPLIT} (0 = automatic)"

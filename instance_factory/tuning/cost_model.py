@@ -7,11 +7,10 @@ each runnable candidate it predicts the time on the problem as
 
 over the nearest tuned problems Q that measured the same kernel (same family and tile/pipeline
 parameters, in any dtype or layout: fp16 and bf16 instances are one kernel). ``model`` is an
-analytic roofline (:func:`model_ms`): tile-padded GEMM work over the dtype's tensor-core rate and
-the SM waves actually filled, or bytes over memory bandwidth, whichever is longer, never below the
-family's host floor (the fastest call of that family in the data: one launch vs two plus a
-workspace shows up there). The neighbour term carries what the model misses (a kernel's real
-efficiency), so the ranking is data-driven: a new kernel family needs no rule here, only rows.
+analytic roofline (:func:`model_ms`): the longest of tile-padded GEMM work over the dtype's tensor-core
+rate and the SM waves filled, the tiles' operand reads over L2 bandwidth, and bytes over memory
+bandwidth, never below the family's host floor (its fastest call in the data). The neighbour term
+carries what the model misses (a kernel's real efficiency): a new family needs no rule, only rows.
 
 Neighbours: problems of the same pass, by a weighted distance in a normalized problem space (log2
 of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
@@ -43,13 +42,12 @@ __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class",
 PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
 CUDA_CORE_FLOPS = 50e12  # algorithms without tensor-core tiles (direct, depthwise)
 MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
+L2_BW = 8.0e12  # operand reads: a tile reads (block_m + block_n) x its reduction (many on small tiles)
 DEFAULT_SMS, MAX_SPLIT = 132, 64
 
-# Host time a call costs beyond the usual launch, for families where it exceeds small layers' GPU
-# time. tma builds two TMA descriptors per call: the H100's small-call check measured 60.5 us a
-# call vs ~34 us for igemm, so below ~0.03 ms of GPU time a tma call is host-bound. pointwise (bwd
-# data, session 14) and shift (bwd weight, session 15) build the same two descriptors per call. Not bwd-weight
-# pointwise: 43.8 us a call, igemm 44.3, tma 39.0 (session 23, H100, a 64x64 1x1 layer, instance given).
+# Host time a call costs beyond the usual launch, where it exceeds small layers' GPU time. tma builds two
+# TMA descriptors a call: 60.5 us vs ~34 for igemm (H100), host-bound below ~0.03 ms. pointwise dgrad and
+# shift wgrad build the same two; not wgrad pointwise: 43.8 us, igemm 44.3, tma 39.0 (session 23, H100).
 HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_weight", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03,
                 ("conv_bwd_weight", "shift"): 0.03, ("conv_bwd_weight", "rowstack"): 0.03}
 
@@ -246,6 +244,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
         padded = 2.0 * tiles * bm * bn * k
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
+        if op == "conv_bwd_weight" and params.G == 1:
+            compute_s = max(compute_s, tiles * (bm + bn) * k * _elem_bytes(dtype) / L2_BW)
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
         if stream:  # zeroed fp32 workspace read back once, a partial tile added per share boundary
             mem_s += 4 * (2 * params.numel("weight") + (tiles + sms) * bm * bn) / MEM_BW
@@ -255,9 +255,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             copy_s = 2 * params.G * params.K * k * _elem_bytes(dtype) / MEM_BW
             mem_s += copy_s
             compute_s += copy_s
-        if algorithm == "padx":  # the padded input copy: written once, read back by the GEMM
-            copy = params.N * math.prod(params.reached_input) * params.G * params.C
-            mem_s += 2 * copy * _elem_bytes(dtype) / MEM_BW
+        if algorithm == "padx":  # the padded input copy, a pass before the GEMM: written once, read back
+            copy_s = 2 * params.N * math.prod(params.reached_input) * params.G * params.C * _elem_bytes(dtype) / MEM_BW
+            mem_s, compute_s = mem_s + copy_s, compute_s + copy_s
         if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
             compute_s *= UNALIGNED_FACTOR
             mem_s *= UNALIGNED_FACTOR
