@@ -205,12 +205,29 @@ DAMAGE = {
     "extra field": lambda t: t.replace(",ok,", ",ok,extra,", 1),
     "missing column": lambda t: t.replace("kernel_hash", "kernel_hsh", 1),
     "bad number": lambda t: t.replace(",ok,,1,", ",ok,,fast,", 1),
+    "nan number": lambda t: t.replace(",ok,,1,", ",ok,,NaN,", 1),
     "unknown status": lambda t: t.replace(",ok,", ",great,", 1),
     "key mismatch": lambda t: t.replace("-k8-c8-f3x3", "-k9-c8-f3x3", 1),
     "not utf-8": lambda t: t[:100] + "\udcff" + t[100:],
     "empty": lambda t: "",
     "unbalanced quote": lambda t: t.replace('"{', '{', 1),
 }
+
+
+def test_error_names_the_physical_line_after_a_field_over_two_lines(tmp_path):
+    # CSV lets a quoted field span lines (JSON whitespace in instance_params): rows still read, and an
+    # error further down names the file's line, not the record's number
+    path = tmp_path / "db.csv"
+    D.TuningDB(path).add([row("a", 1.0), row("b", 2.0)])
+    text = path.read_text().replace('"{', '"\n{', 1)
+    assert sorted(D.read_db(_write(path, text)).instance) == ["a", "b"]
+    with pytest.raises(D.DatabaseError, match="line 4: median_ms='fast'"):
+        D.read_db(_write(path, text.replace(",ok,,2,", ",ok,,fast,", 1)))
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
 
 
 @pytest.mark.parametrize("kind", list(DAMAGE))
@@ -223,8 +240,11 @@ def test_damaged_file_is_a_readable_error(tmp_path, kind):
         D.read_db(path)
     msg = str(ei.value)
     assert str(path) in msg and "damaged tuning database" in msg
-    if kind in ("extra field", "bad number", "unknown status", "key mismatch"):
+    if kind in ("extra field", "bad number", "nan number", "unknown status", "key mismatch"):
         assert "line " in msg
+    if kind == "nan number":
+        assert "median_ms='NaN' is not a number" in msg
+
     data = damaged.encode("utf-8", "surrogateescape")
     if kind in ("truncated header", "missing column", "not utf-8", "empty"):
         # the header is damaged: a writer (which would have to rewrite it) refuses to touch it

@@ -224,14 +224,17 @@ def parse_csv_text(text: str) -> tuple[pd.DataFrame, list[str]]:
     """Parse and check a whole file's text (header first): (typed frame, problems). Each problem
     names its line; a frame is returned only when there is none (else an empty one)."""
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    records: list[list[str]] = []
-    line_nums: list[int] = []
     try:
-        for rec in reader:
-            records.append(rec)
-            line_nums.append(reader.line_num)
+        records: list[list[str]] = list(reader)
     except csv.Error as exc:
         return empty_frame(), [f"line {reader.line_num}: CSV syntax error: {exc}"]
+    if reader.line_num == len(records):  # one physical line per record (the format): record i is line i + 1
+        line_nums = list(range(1, len(records) + 1))
+    else:  # a quoted field spans lines: count them record by record
+        reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+        line_nums = []
+        for _ in reader:
+            line_nums.append(reader.line_num)
     if not records:
         return empty_frame(), ["the file is empty (no header row)"]
     header = records[0]
@@ -296,7 +299,7 @@ def check_rows(df: pd.DataFrame, lines: pd.Series, numeric: dict[str, pd.Series]
         filled = col != ""
         num = pd.to_numeric(col.where(filled, None), errors="coerce")
         numeric[c] = num
-        bad = filled & (num.isna() | (col.str.lower() == "nan"))
+        bad = filled & num.isna()  # "nan" parses to NaN too: never a stored value
         if kind == _INT:
             bad |= filled & num.notna() & ((num % 1) != 0)
         report(bad, lambda i, c=c, kind=kind: f"{c}={df[c][i]!r} is not a{'n int' if kind == _INT else ' number'}")
