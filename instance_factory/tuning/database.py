@@ -108,7 +108,6 @@ __all__ = [
     "system_db_dir",
     "system_db_files",
     "system_db_path",
-    "device_kind_of",
     "DB_SUFFIXES",
     "to_csv_text",
     "user_db_path",
@@ -241,15 +240,6 @@ def system_db_files(folder: str | os.PathLike | None = None) -> list[Path]:
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if p.is_file() and p.name.lower().endswith(DB_SUFFIXES))
-
-
-def device_kind_of(path: str | os.PathLike) -> str:
-    """The device kind a database file is named after: ``tuning_db/nvidia-h200.csv.gz`` -> nvidia-h200."""
-    name = Path(path).name
-    for suffix in DB_SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return Path(path).stem
 
 
 def user_db_path(device_kind: str) -> Path:

@@ -13,9 +13,9 @@ gzip members (each append adds one; any gzip reader joins them). Writers hold th
 A writer killed in the middle of an append leaves a last line without its line end, or in a ``.gz``
 file a last member cut short (a *torn tail*): readers ignore it with a :class:`TornTailWarning` and
 the next writer cuts it off under the lock (it was never a committed row: ``add`` returns only after
-the append is fsynced). A writer killed
-between a temporary file's fsync and its rename leaves that temporary file behind: the next writer
-of the file removes it (under the lock no other writer of that file can be using one).
+the append is fsynced). A writer killed between a temporary file's fsync and its rename leaves that
+temporary file behind: the next writer of the file removes it (under the lock no other writer of that
+file can be using one).
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ def _gzip_members(raw: bytes) -> tuple[bytes, int, str | None]:
     return b"".join(out), pos, None
 
 
-
 class TornTailWarning(UserWarning):
-    """A database file's last line has no line end: an append in progress or a killed writer."""
+    """A database file's last line has no line end (a ``.gz`` file's last member is cut short): an append
+    in progress or a killed writer."""
 
 
 def _damaged(path: Path, problems: list[str]) -> DatabaseError:
