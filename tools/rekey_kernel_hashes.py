@@ -21,6 +21,8 @@ import os
 import sys
 from pathlib import Path
 
+from instance_factory.tuning.storage import encode_text, is_compressed
+
 
 def dump(path: str) -> None:
     from instance_factory.registry import get_registry
@@ -66,15 +68,13 @@ def apply(old_path: str, new_path: str, files: list[str]) -> None:
     old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
     mapping = {name: (old[name], new[name]) for name in old.keys() & new.keys()}
     for f in files:
-        gz = f.endswith(".gz")  # the shipped tier: gzip'd CSV (storage.write_db's bytes: level 9, no time stamp)
         raw = Path(f).read_bytes()
-        text = (gzip.decompress(raw) if gz else raw).decode("utf-8")
+        text = (gzip.decompress(raw) if is_compressed(f) else raw).decode("utf-8")  # the shipped tier: gzip'd
         fn = _rekey_csv if f.endswith((".csv", ".csv.gz")) else _rekey_jsonl
         out, changed, kept = fn(text, mapping)
         if out != text:
-            data = out.encode("utf-8")
             tmp = Path(f + ".rekey.tmp")
-            tmp.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if gz else data)
+            tmp.write_bytes(encode_text(f, out))  # the bytes storage.write_db would write
             os.replace(tmp, f)
         print(f"{f}: {changed} re-keyed, {kept} left as they were")
 

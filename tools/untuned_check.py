@@ -156,14 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if ns.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"
+    sys.path.insert(0, str(ROOT))
+    from instance_factory.tuning.database import system_db_files
+
     # the default must come from the shipped tier alone: an empty user tier of our own
     user_dir = out / "empty_user_db"
     user_dir.mkdir(exist_ok=True)
-    for f in [*user_dir.glob("*.csv"), *user_dir.glob("*.csv.gz")]:
+    for f in system_db_files(user_dir):
         f.unlink()
     os.environ["INSTANCE_FACTORY_USER_DB"] = str(user_dir)
     os.environ.pop("INSTANCE_FACTORY_MISS_POLICY", None)
-    sys.path.insert(0, str(ROOT))
     import warnings
 
     import torch

@@ -55,7 +55,7 @@ from .bwd_data_tma import _with_base, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel
 from .bwd_weight_igemm_plan import check_tensors
 from .bwd_weight_pointwise import programs_per_sm
-from .bwd_weight_tma import MIN_GROUP_CHANNELS, tma_wgrad_reason
+from .bwd_weight_tma import group_tile_reason, tma_wgrad_reason
 from .common import split_runner
 from .host import INT32_LIMIT, GemmTileConfig, check_split_k, operand_smem_bytes, sm_count
 
@@ -318,9 +318,8 @@ def decline(cfg: BwdWeightRowstackConfig, params: ConvParams, layout: LayoutTrip
     """None when this instance can run the problem, else a clear reason."""
     if (why := tma_wgrad_reason("rowstack", dtype)) is not None:
         return why
-    if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
-        return (f"rowstack tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per "
-                f"group, got C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
+    if (why := group_tile_reason("rowstack", params)) is not None:
+        return why
     views = _views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):
         return views

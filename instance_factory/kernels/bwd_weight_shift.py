@@ -50,7 +50,7 @@ from ..problem import ConvParams
 from .bwd_data_tma import _with_base, channels_last_view, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .bwd_weight_tma import MIN_GROUP_CHANNELS, tma_wgrad_reason
+from .bwd_weight_tma import group_tile_reason, tma_wgrad_reason
 from .common import split_runner
 from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, operand_smem_bytes, sm_count
 
@@ -373,9 +373,8 @@ def decline(cfg: BwdWeightShiftConfig, params: ConvParams, layout: LayoutTriple,
     """None when this instance can run the problem, else a clear reason."""
     if (why := tma_wgrad_reason("shift", dtype)) is not None:
         return why
-    if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
-        return (f"shift tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per group, "
-                f"got C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
+    if (why := group_tile_reason("shift", params)) is not None:
+        return why
     if (why := plane_plan(params)) is not None:
         return why
     plane = math.prod(params.spatial3("output")[1:])

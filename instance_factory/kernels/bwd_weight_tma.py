@@ -216,6 +216,15 @@ def tma_wgrad_reason(family: str, dtype: DataType) -> str | None:
     return None
 
 
+def group_tile_reason(family: str, params: ConvParams) -> str | None:
+    """Why a family that tiles one group at a time (tma, shift, rowstack) declines a grouped layer with
+    few channels per group, or None."""
+    if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
+        return (f"{family} tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per "
+                f"group, got C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
+    return None
+
+
 def _pointwise_walk(geo: ConvGeometry) -> tuple[list, list, tuple[int, ...]] | None:
     """For a pointwise filter: grad_out and the input (its strided positions) as [A, B, W, G, ch]
     views over the same position index, merged as far as their strides allow (packed channels-last
@@ -277,9 +286,8 @@ def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, d
     """None when this instance can run the problem, else a clear reason."""
     if (why := tma_wgrad_reason("tma", dtype)) is not None:
         return why
-    if params.G > 1 and min(params.C, params.K) < MIN_GROUP_CHANNELS:
-        return (f"tma tiles one group at a time: grouped layers need C and K >= {MIN_GROUP_CHANNELS} per group, got "
-                f"C={params.C}, K={params.K} (bdrow and blockdiag pack several small groups per tile)")
+    if (why := group_tile_reason("tma", params)) is not None:
+        return why
     views = _tma_views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):
         return views

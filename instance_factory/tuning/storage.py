@@ -40,8 +40,8 @@ from .schema import (
     to_csv_text,
 )
 
-__all__ = ["TornTailWarning", "append_rows", "check_new_rows", "file_signature", "is_compressed", "read_db",
-           "remove_stale_temps", "write_db"]
+__all__ = ["TornTailWarning", "append_rows", "check_new_rows", "encode_text", "file_signature", "is_compressed",
+           "read_db", "remove_stale_temps", "write_db"]
 
 
 def is_compressed(path: str | os.PathLike) -> bool:
@@ -154,7 +154,7 @@ def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = _encode(path, header_line() + check_new_rows(df))
+    data = encode_text(path, header_line() + check_new_rows(df))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600: keep the replaced file's mode (a shared database stays readable by
@@ -175,7 +175,7 @@ def write_db(path: str | os.PathLike, df: pd.DataFrame) -> None:
     _fsync_dir(path.parent)
 
 
-def _encode(path: Path, text: str) -> bytes:
+def encode_text(path: str | os.PathLike, text: str) -> bytes:
     """The bytes that hold ``text`` in ``path``: gzip for a ``.gz`` name (no time stamp, so the same
     rows give the same bytes), UTF-8 otherwise."""
     data = text.encode("utf-8")
@@ -254,7 +254,7 @@ def append_rows(path: Path, df: pd.DataFrame, body: str | None = None) -> None:
         write_db(path, pd.concat([old, df], ignore_index=True).drop_duplicates(list(IDENTITY), keep="last"))
         return
     _cut_torn_tail(path)
-    data = _encode(path, body)  # a .gz file gains one gzip member
+    data = encode_text(path, body)  # a .gz file gains one gzip member
     with open(path, "ab") as f:
         half = len(data) // 2
         f.write(data[:half])
