@@ -6,6 +6,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -266,8 +267,29 @@ def test_writes_to_other_files_keep_the_index(tiers, tmp_path):
     a, b = runnable()[0][:2]
     user.add([synthetic_row(PROB, a, 1.0)])
     assert look() is a
-    index = L._INDEX[current_device()]
+    index = L.INDEXES[current_device()]
     TuningDB(tmp_path / "sweep.csv").add([synthetic_row(PROB, b, 0.5)])
-    assert L._INDEX.get(current_device()) is index and look() is a
+    assert L.INDEXES.get(current_device()) is index and look() is a
     user.add([synthetic_row(PROB, b, 0.5)])
-    assert L._INDEX.get(current_device()) is not index and look() is b
+    assert L.INDEXES.get(current_device()) is not index and look() is b
+
+
+def test_a_user_tier_write_does_not_parse_the_shipped_file_again(tiers, monkeypatch):
+    """Each database file is parsed once per version (tier_index): after a write to the user tier the
+    next index reads that file only (parsing a shipped file takes seconds), and a change to the
+    shipped file is still seen."""
+    from instance_factory.tuning import database
+
+    user, system = tiers
+    a, b, c = runnable()[0][:3]
+    system.add([synthetic_row(PROB, a, 1.0)])
+    parsed = []
+    real = database.read_db
+    monkeypatch.setattr(database, "read_db", lambda path, *k, **kw: parsed.append(Path(path).name) or real(path, *k, **kw))
+    assert look() is a and parsed.count("cpu.csv") == 1  # the system file (no user file yet)
+    user.add([synthetic_row(PROB, b, 0.5)])
+    assert look() is b and len(parsed) == 2  # the user file only
+    system.add([synthetic_row(PROB, c, 0.1)])
+    L._NEXT_CHECK[0] = 0.0
+    assert look() is b and len(parsed) == 3  # the user tier still wins; the changed system file re-read
+    assert L.explain("conv_bwd_data", P, layout=LAYOUT, dtype=torch.float16).source == "exact (user tier)"

@@ -24,6 +24,9 @@ Where the answer comes from, in order:
    * ``"tune"``: tune this problem now (every runnable instance, verified, then timed), store the
      rows in the user tier and return the winner.
    * ``"error"``: raise :class:`TuningMissError` naming the problem key.
+   * ``"background"``: serve what ``"heuristic"`` serves, without waiting, and tune the problem in a
+     child process into the user tier (:mod:`instance_factory.tuning.background`); once its rows land,
+     the next call serves the tuned winner.
 
    The previous rule (nearest tuned problem's winner) survives only as ``miss_eval``'s baseline.
 
@@ -44,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .tier_index import INDEXES, clear_indexes, get_index
+
 __all__ = [
     "MISS_POLICIES",
     "Choice",
@@ -55,7 +60,7 @@ __all__ = [
     "set_tune_on_miss",
 ]
 
-MISS_POLICIES = ("heuristic", "tune", "error")
+MISS_POLICIES = ("heuristic", "tune", "error", "background")
 POLICY_ENV = "INSTANCE_FACTORY_MISS_POLICY"
 
 #: the "tune" policy's worker, ``fn(op, params, layout_name, dtype_name, fused_op, device)``: tunes one
@@ -97,7 +102,6 @@ class Choice:
 # in-process state
 # ----------------------------------------------------------------------------------------------
 _CACHE: dict[tuple, Any] = {}
-_INDEX: dict[Any, _Index] = {}
 _WARNED: set[str] = set()
 _LOCK = threading.RLock()
 
@@ -110,12 +114,12 @@ _NEXT_CHECK = [0.0]
 def recheck_files() -> None:
     """Drop the cache when a loaded tier's file changed on disk (throttled to one check per RECHECK_S)."""
     now = time.monotonic()
-    if now < _NEXT_CHECK[0] or not _INDEX:
+    if now < _NEXT_CHECK[0] or not INDEXES:
         return
     _NEXT_CHECK[0] = now + RECHECK_S
     from .database import file_signature
 
-    if any(file_signature(p) != sig for idx in list(_INDEX.values()) for p, sig in idx.signatures):
+    if any(file_signature(p) != sig for idx in list(INDEXES.values()) for p, sig in idx.signatures):
         clear_cache()
 
 
@@ -127,7 +131,7 @@ def clear_cache() -> None:
     """Forget cached answers and the loaded database index (the next lookup re-reads the files)."""
     with _LOCK:
         _CACHE.clear()
-        _INDEX.clear()
+        clear_indexes()
         for hook in list(CLEAR_HOOKS):
             hook()
 
@@ -144,7 +148,7 @@ def _on_db_write(path: Any) -> None:
     an index was read from. Writes elsewhere (a tuning sweep's own --db file) keep the index: each
     re-read of the tiers costs seconds, and ``relayout`` looks its twin up on every bind."""
     written = Path(path).resolve()
-    if any(Path(tier).resolve() == written for idx in list(_INDEX.values()) for tier, _ in idx.signatures):
+    if any(Path(tier).resolve() == written for idx in list(INDEXES.values()) for tier, _ in idx.signatures):
         clear_cache()
 
 
@@ -228,7 +232,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     dev = current_device(device)
     key = problem_key(op, params, lt, dname, fused)
     reg = get_registry()
-    index = _get_index(dev)
+    index = get_index(dev)
 
     for tier, name, row in () if untuned else index.ranked(key):
         inst = _get_instance(reg, name)
@@ -248,7 +252,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
             raise TuningMissError(f"miss policy 'tune' for problem {key}: no tuner is registered "
                                   f"(instance_factory.tuning.lookup.set_tune_on_miss)")
         _TUNE_ON_MISS[0](op, params, lt.name, dname, fused, device)
-        index = _get_index(dev)
+        index = get_index(dev)
         for _tier, name, row in index.ranked(key):
             inst = _get_instance(reg, name)
             if inst is not None and inst.decline(params, lt, dname, fused) is None:
@@ -273,9 +277,15 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     basis = (f"the nearest tuned problem {nearest[1]} at distance {nearest[0]:.2f}" if ranking.neighbors
              else "no tuned problem of this pass: the analytic model alone")
     if not untuned:
+        later = "tune it for the best instance"
+        if pol == "background":
+            from . import background
+            from .database import user_db_path
+
+            if background.submit(key, user_db_path(dev.kind), device):
+                later = "tuning it in the background (miss policy 'background')"
         _warn_once(key, f"instance_factory: problem {key} is not tuned on {dev.name}; using {inst.name}, "
-                        f"ranked fastest of {len(proven)} by the cost model ({basis}); tune it for the "
-                        f"best instance")
+                        f"ranked fastest of {len(proven)} by the cost model ({basis}); {later}")
     return Choice(inst, source, key, neighbor=nearest[1], distance=nearest[0], db_files=index.files,
                   note=f"predicted {ranking.best.predicted_ms:.4g} ms ({ranking.best.basis})",
                   ranking=ranking.predictions, neighbors=ranking.neighbors)
@@ -294,7 +304,7 @@ def predicted_order(op: str, params: Any, layout: str, dtype_name: str, fused: s
         return []
     dev = current_device(device)
     ranking = rank(op, params, layout, dtype_name, fused, [(i.name, i.algorithm, i.cfg) for i in instances],
-                   _get_index(dev).evidence(dev))
+                   get_index(dev).evidence(dev))
     order = {p.name: k for k, p in enumerate(ranking.predictions)}
     return sorted(instances, key=lambda i: order.get(i.name, len(order)))
 
@@ -310,105 +320,6 @@ def _get_instance(reg: Any, name: str) -> Any:
         return reg.get(name)
     except KeyError:
         return None
-
-
-# ----------------------------------------------------------------------------------------------
-# the database index
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class _Index:
-    # problem key -> [(instance name, row)] fastest first, per tier
-    user: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
-    system: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
-    files: tuple[str, ...] = ()
-    signatures: tuple[tuple, ...] = ()  # (path, file_signature) of both tiers, taken before reading
-    rows: dict[str, list[dict]] = field(default_factory=dict)  # tier -> valid rows of any status
-    _evidence: Any = None
-
-    def evidence(self, dev: Any) -> Any:
-        """The cost model's evidence (built on the first miss): every valid row of both tiers, a
-        problem's user-tier rows replacing its system-tier ones."""
-        if self._evidence is None:
-            from .cost_model import Evidence
-
-            user = self.rows.get("user", [])
-            mine = {r["problem_key"] for r in user}
-            rows = [r for r in self.rows.get("system", []) if r["problem_key"] not in mine] + user
-            self._evidence = Evidence.from_rows(rows, sms=dev.sms, foreign_rows=_foreign_rows(dev))
-        return self._evidence
-
-
-    def ranked(self, key: str):
-        """(tier, instance name, row), fastest first: the user tier's rows if it has the key."""
-        if key in self.user:
-            for name, row in self.user[key]:
-                yield "user", name, row
-        elif key in self.system:
-            for name, row in self.system[key]:
-                yield "system", name, row
-
-
-def _foreign_rows(dev: Any) -> list[dict]:
-    """Rows the shipped tier holds for other device kinds (current kernels, any software): how the
-    same kernels rank on another GPU is better evidence than none."""
-    from .database import read_db, registry_kernel_hashes, system_db_files, valid_rows
-
-    out: list[dict] = []
-    hashes = registry_kernel_hashes()
-    for path in system_db_files():
-        df = valid_rows(read_db(path), kernel_hashes=hashes, ok_only=False)
-        if len(df):
-            out += _evidence_records(df[df["device"] != dev.name])
-    return out
-
-
-_EVIDENCE_COLS = ("problem_key", "device", "instance", "algorithm", "instance_params", "status", "median_ms",
-                  "p20_ms", "p80_ms")  # kernel_ms reads a disturbed row by its p20
-
-
-def _evidence_records(df: Any) -> list[dict]:
-    """The columns the cost model reads, as dicts (far quicker than ``to_dict("records")``)."""
-    cols = [df[c].tolist() for c in _EVIDENCE_COLS]
-    return [dict(zip(_EVIDENCE_COLS, vals)) for vals in zip(*cols)]
-
-
-def _ranked_by_key(df: Any) -> dict[str, list[tuple[str, dict]]]:
-    out: dict[str, list[tuple[str, dict]]] = {}
-    if len(df) == 0:
-        return out
-    df = df.sort_values(["problem_key", "median_ms", "instance"], kind="stable")
-    for row in df.to_dict("records"):
-        out.setdefault(row["problem_key"], []).append((row["instance"], row))
-    return out
-
-
-def _get_index(dev: Any) -> _Index:
-    idx = _INDEX.get(dev)
-    if idx is not None:
-        return idx
-    with _LOCK:
-        idx = _INDEX.get(dev)
-        if idx is None:
-            idx = _INDEX[dev] = _build_index(dev)
-    return idx
-
-
-def _build_index(dev: Any) -> _Index:
-    from .database import file_signature, read_valid_rows, system_db_path, user_db_path
-
-    idx = _Index()
-    files = []
-    tiers = (("system", system_db_path(dev.kind)), ("user", user_db_path(dev.kind)))
-    idx.signatures = tuple((path, file_signature(path)) for _, path in tiers)
-    for tier, path in tiers:
-        if not path.exists():
-            continue
-        files.append(str(path))
-        df = read_valid_rows(path, dev, ok_only=False, damaged="warn")
-        idx.rows[tier] = _evidence_records(df)
-        setattr(idx, tier, _ranked_by_key(df[df["status"] == "ok"]))
-    idx.files = tuple(files)
-    return idx
 
 
 def _register_relayout_resolver() -> None:

@@ -1,0 +1,78 @@
+"""The cost model's constants (:mod:`.cost_model`), each with the measurement that set it.
+
+H100/H200-class values; the neighbour correction absorbs what a constant misses on a given GPU.
+"""
+
+import math
+
+# ---- the model's constants (H100/H200 class; the neighbour correction absorbs the rest) ------
+#: dense tensor-core rate per compute type, FLOP/s (~790 T measured for bf16 matmul, ARCHITECTURE.md)
+PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
+CUDA_CORE_FLOPS = 50e12  # algorithms without tensor-core tiles (direct, depthwise)
+MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
+L2_BW = 8.0e12  # operand reads: a tile reads (block_m + block_n) x its reduction (many on small tiles)
+DEFAULT_SMS, MAX_SPLIT = 132, 64
+
+# Host time a call costs beyond the usual launch, where it exceeds small layers' GPU time. tma built two
+# TMA descriptors a call: 60.5 us vs ~34 for igemm (session 10, H100), host-bound below ~0.03 ms;
+# pointwise dgrad builds the same two. Since the runner copies descriptor templates, the bwd-weight
+# families that build them cost no more than igemm: tma 39.0 us, igemm 44.3, pointwise 43.8 (session
+# 23, H100), so tma, shift and rowstack wgrad lost their floor in session 28: `db evaluate --hide
+# layer` H100 0.9378 -> 0.9380, H200 0.9028 -> 0.9040; the held-out layers whose new default had been
+# timed in session 27: skinny 1x1 wgrad 0.736 -> 0.766 of the tuned best, dense 3x3 0.925 -> 0.934.
+HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 0.03}
+
+# Kernel launches per call of the bwd-weight GEMM families. A family's measured floor (its fastest
+# row) says how small its evidence went, not what one call costs: igemm (one launch) is only ever
+# measured on large layers, so its floor (~0.033 ms on the H100) sat above splitk_reduce's (two
+# launches, ~0.020) and tiny layers went to the two-launch family. The floor of a family listed here
+# is at most ONE_LAUNCH x (1 + EXTRA_LAUNCH x (launches - 1)), ONE_LAUNCH being the lowest floor of
+# the one-launch families measured (bwd-data igemm: ~0.0125 ms); the H100's measured floors of 2
+# and 3 launches (0.020, 0.023-0.027) fit EXTRA_LAUNCH = 0.6. bdrow (kernel + reduce) is listed since
+# session 13: measured only on layers of 0.023 ms and more, its floor of 0.030 hid its tile model.
+# The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
+# session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
+# Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
+# on the aligned G32 C32 neighbours they beat it, so the model doubles their time on such grouped
+# layers. Grouped only: applied to dense layers too, the leave-one-out geomean fell 0.922 -> 0.919.
+POINTER_GEMMS = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
+UNALIGNED_FACTOR = 2.0
+
+LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,
+            ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
+            ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
+            ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
+            ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
+            ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
+            ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3}
+EXTRA_LAUNCH = 0.6
+
+TAPS_IN_COLUMNS = ("two_stage", "padx")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
+
+# ---- neighbour search -----------------------------------------------------------------------
+FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
+                   "G": 0.5}
+CLASS_PENALTY = 6.0  # dense vs grouped vs depthwise: different kernels win
+DTYPE_PENALTY = {"same": 0.0, "sibling": 0.25, "same_size": 1.5, "other": 3.0}
+SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"}, {"fp16", "fp16_fp8"})
+LAYOUT_PENALTY = 1.5  # channels-last vs channels-first layout families
+FUSED_PENALTY = 0.5
+DEVICE_PENALTY = 1.0  # a row measured on another GPU kind (used where this device has none closer)
+# 1D / 2D / 3D apart: a layer's dimensionality decides how the kernels walk it (rows, planes), but the
+# features (GEMM sizes, taps) left the 1-D Conformer k31 layer the nearest neighbour of a 2-D 7x7
+# depthwise one, whose default became dwstream at 0.39 of dwslab. `db evaluate --hide layer` (H100,
+# 1,359 problems) over the penalty: 0 0.920, 0.25 0.921, 0.5 0.924, 0.75 0.923, 1 0.923, 2 0.920;
+# at 0.5 weight depthwise 0.869 -> 0.902, below 0.5x 20 -> 16, hiding one problem unchanged (0.963).
+NDIM_PENALTY = 0.5
+NEIGHBORS_PER_KERNEL = 3
+NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
+FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
+NOISY_SPREAD = 2.0  # kernel_ms: a row with p80 > this x p20 was disturbed; its p20 stands for it
+DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
+# neighbour weights fall as distance^-3: the same layer at another batch size (distance ~1) must
+# outvote layers of another network (~2). Leave-one-out over the H100 rows (db evaluate): power 1
+# 0.862, 2 0.878, 3 0.882 of the tuned best (dense wgrad 0.816 -> 0.844, grouped dgrad 0.964 -> 0.998);
+# H200 rows 0.908 -> 0.910; exp(-2d) 0.880. Power 1 served RegNetY G5 C24 wgrad splitk at 0.49x.
+WEIGHT_POWER = 3
+UNSEEN_KERNEL = math.log(1.3)  # a kernel no neighbour measured, its algorithm measured
+UNSEEN_ALGORITHM = math.log(1.6)  # an algorithm no neighbour measured
