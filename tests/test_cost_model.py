@@ -247,3 +247,31 @@ def test_dimensionality_separates_neighbours():
     plain = C._feature_distance(C.features("conv_bwd_weight", conv2d), C.features("conv_bwd_weight", conv1d))
     assert C.neighbor_distance("conv_bwd_weight", conv2d, conv1d) == pytest.approx(plain + C.NDIM_PENALTY)
     assert C.NDIM_PENALTY > 0
+
+
+def test_leave_one_out_with_another_gpus_rows():
+    """Foreign rows are evidence as at run time, and hidden with the problem: the same layer measured on
+    another GPU kind never vouches for the hidden problem's pick, while a neighbour measured there does."""
+    def p(n):
+        return ConvParams(2, 1, n, 64, 64, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+
+    def row(params, inst, ms, device):
+        return {"problem_key": f"conv_bwd_data|NHWGC/GKYXC/NHWGK|bf16|passthrough|{params.key()}", "status": "ok",
+                "instance": inst, "algorithm": "igemm", "instance_params": f'{{"variant": "{inst}"}}', "median_ms": ms,
+                "device": device}
+
+    # two kernels the model cannot tell apart: without evidence they tie and the first row wins
+    own = [row(p(8), "fast", 0.01, "X"), row(p(8), "slow", 0.02, "X")]
+    assert leave_one_out(own)[0]["chosen"] == "fast"
+    # on GPU Y the same problem says "slow" wins: hidden with the problem, it must not flip the pick
+    misleading = [row(p(8), "fast", 0.05, "Y"), row(p(8), "slow", 0.001, "Y")]
+    assert leave_one_out(own, foreign_rows=misleading)[0]["chosen"] == "fast"
+    # a neighbour (batch 16) measured on Y where "fast" wins is evidence: it overturns the tie
+    own = own[::-1]
+    assert leave_one_out(own)[0]["chosen"] == "slow"
+    helpful = [row(p(16), "fast", 0.02, "Y"), row(p(16), "slow", 0.2, "Y")]
+    res = leave_one_out(own, foreign_rows=helpful)
+    assert len(res) == 1 and res[0]["chosen"] == "fast" and res[0]["ratio"] == 1.0
+    # and the misleading rows, were they not hidden, would have: they name the problem itself
+    assert leave_one_out(own[::-1], foreign_rows=[row(p(4), "fast", 0.05, "Y"),
+                                                  row(p(4), "slow", 0.001, "Y")])[0]["chosen"] == "slow"

@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hide", choices=["problem", "layer"], default="problem",
                    help="evaluate: hide each problem's own rows (default), or every problem of its layer (any "
                         "batch size, dtype, layout, fused op), as for a layer nobody tuned")
+    p.add_argument("--no-foreign", action="store_true",
+                   help="evaluate: without the other GPU kinds' shipped rows as evidence (run-time lookups use them)")
     p.set_defaults(func=run)
 
 
@@ -40,7 +42,7 @@ def run(ns: argparse.Namespace) -> int:
     if ns.action == "evaluate":
         from ..tuning.miss_eval import evaluate_databases
 
-        for table in evaluate_databases(ns.db, stale_rows=ns.all, hide=ns.hide):
+        for table in evaluate_databases(ns.db, stale_rows=ns.all, hide=ns.hide, foreign=not ns.no_foreign):
             print(table)
         return 0
     if ns.db:

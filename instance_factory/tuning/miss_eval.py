@@ -65,15 +65,17 @@ def layer_signature(p: Any) -> tuple:
             tuple(p.left_pad), tuple(p.right_pad))
 
 
-def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: str = "problem") -> list[dict]:
+def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: str = "problem",
+                  foreign_rows: Iterable[Mapping[str, Any]] = ()) -> list[dict]:
     """One result per problem with an ok row: key, op, class, dtype, chosen, ratio, baseline_ratio.
-    ``hide``: "problem" (its own rows) or "layer" (every problem of its layer, see the module doc)."""
+    ``hide``: "problem" (its own rows) or "layer" (every problem of its layer, see the module doc);
+    ``foreign_rows``: other GPU kinds' rows, evidence as at run time (hidden with the problem too)."""
     from .database import split_problem_key
 
     if hide not in HIDE_MODES:
         raise ValueError(f"hide={hide!r}: choose one of {', '.join(HIDE_MODES)}")
     rows = list(rows)
-    ev = Evidence.from_rows(rows, sms=sms)
+    ev = Evidence.from_rows(rows, sms=sms, foreign_rows=foreign_rows)
     layers: dict[tuple, set[str]] = {}  # layer -> its problem keys (hide="layer" only)
     for q in ev.problems if hide == "layer" else ():
         layers.setdefault(layer_signature(q.params), set()).add(q.key)
@@ -82,6 +84,8 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
         by_key.setdefault(r["problem_key"], []).append(r)
     out = []
     for t in ev.problems:
+        if t.foreign:
+            continue
         group = by_key[t.key]
         times = {r["instance"]: _measured(r) for r in group}
         cands = [(r["instance"], r["algorithm"], r["instance_params"]) for r in group]
@@ -150,18 +154,25 @@ def summary_markdown(results: Sequence[Mapping[str, Any]], title: str = "") -> s
     return "\n".join(x for x in lines if x) + "\n"
 
 
-def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide: str = "problem") -> Iterator[str]:
+def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide: str = "problem",
+                       foreign: bool = True) -> Iterator[str]:
     """Leave-one-out score of the miss policy on each device's rows of ``db`` (default: every file of
     the system tier), one Markdown table per (file, device); rows of the current kernels (any
-    software) unless ``stale_rows``; ``hide``: what is hidden per problem (:data:`HIDE_MODES`)."""
+    software) unless ``stale_rows``; ``hide``: what is hidden per problem (:data:`HIDE_MODES`).
+    ``foreign``: the other GPU kinds' shipped rows are evidence too, as at run time (hidden with the
+    problem or layer)."""
     from .database import read_db, registry_kernel_hashes, system_db_files, valid_rows
 
     paths = [db] if db else [str(p) for p in system_db_files()]
     hashes = registry_kernel_hashes()
+    keep = (lambda df: df) if stale_rows else (lambda df: valid_rows(df, kernel_hashes=hashes, ok_only=False))
+    shipped = [keep(read_db(p)) for p in system_db_files()] if foreign else []
     for path in paths:
-        df = read_db(path)
-        df = valid_rows(df, kernel_hashes=hashes, ok_only=False) if not stale_rows else df
+        df = keep(read_db(path))
         for (device, sms), part in df.groupby(["device", "device_sms"]):
-            res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132, hide=hide)
+            others = [r for f in shipped if len(f) for r in f[f["device"] != device].to_dict("records")]
+            res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132, hide=hide, foreign_rows=others)
             what = "each hidden in turn" if hide == "problem" else "each hidden with every problem of its layer"
+            if others:
+                what += f", other GPU kinds' rows ({len(others)}) as evidence"
             yield summary_markdown(res, title=f"{path}: {device} ({len(res)} problems, {what})")
