@@ -275,3 +275,19 @@ def test_leave_one_out_with_another_gpus_rows():
     # and the misleading rows, were they not hidden, would have: they name the problem itself
     assert leave_one_out(own[::-1], foreign_rows=[row(p(4), "fast", 0.05, "Y"),
                                                   row(p(4), "slow", 0.001, "Y")])[0]["chosen"] == "slow"
+
+
+def test_a_grid_of_one_program_an_sm_runs_below_the_peak(monkeypatch):
+    """64 tiles without a split (ResNet-50's 1024x512 stride-2 1x1 wgrad at N64) leave one CTA an SM:
+    the model charges ONE_CTA_EFFICIENCY; a grid of several programs an SM is not charged."""
+    p = ConvParams(2, 1, 64, 1024, 512, (1, 1), (28, 28), (2, 2), (1, 1), (0, 0), (0, 0))
+    cfg = {"block_m": 64, "block_n": 128, "block_k": 64, "split_k": 1}
+    big = ConvParams(2, 1, 64, 4096, 2048, (1, 1), (28, 28), (2, 2), (1, 1), (0, 0), (0, 0))
+    got = {}
+    for eff in (1.0, C.ONE_CTA_EFFICIENCY):
+        monkeypatch.setattr(C, "ONE_CTA_EFFICIENCY", eff)
+        got[eff] = (C.model_ms("conv_bwd_weight", p, "bf16", "igemm", cfg, 132),
+                    C.model_ms("conv_bwd_weight", big, "bf16", "igemm", cfg, 132))
+    assert C.ONE_CTA_EFFICIENCY < 1.0
+    assert got[C.ONE_CTA_EFFICIENCY][0] == pytest.approx(got[1.0][0] / C.ONE_CTA_EFFICIENCY)
+    assert got[C.ONE_CTA_EFFICIENCY][1] == got[1.0][1]  # 1024 tiles: several programs an SM

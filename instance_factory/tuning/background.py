@@ -77,15 +77,16 @@ def submit(key: str, user_db: Path, device: Any = None) -> bool:
     argument). False when it is not queued: seen before in this process, or a custom epilogue."""
     if key.split("|")[3] == "custom":
         return False
+    visible = _visible_device(device)
     with _LOCK:
         if key in _STATE:
             return False
         _STATE[key] = "queued"
+        _QUEUE.put((key, Path(user_db), visible))
         if not _WORKER or not _WORKER[0].is_alive():
             _STOP.clear()
             _WORKER[:] = [threading.Thread(target=_drain, name="instance_factory-background-tuner", daemon=True)]
             _WORKER[0].start()
-    _QUEUE.put((key, Path(user_db), _visible_device(device)))
     return True
 
 
@@ -95,7 +96,7 @@ def status() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {s: [] for s in ("queued", "running", "done", "failed", "claimed")}
     with _LOCK:
         for key, state in _STATE.items():
-            out[state].append(f"{key} (log: {_LOGS[key]})" if state == "failed" else key)
+            out[state].append(f"{key} (log: {_LOGS.get(key, '-')})" if state == "failed" else key)
     return out
 
 

@@ -52,6 +52,7 @@ from .model_constants import (
     NEAREST_PROBLEMS,
     NEIGHBORS_PER_KERNEL,
     NOISY_SPREAD,
+    ONE_CTA_EFFICIENCY,
     PEAK_FLOPS,
     POINTER_GEMMS,
     SIBLING_DTYPES,
@@ -202,6 +203,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
         programs = tiles * split
         fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
+        if not stream and programs <= sms:  # one CTA an SM: below its share of the peak
+            fill *= ONE_CTA_EFFICIENCY
         padded = 2.0 * tiles * bm * bn * k
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
         if op == "conv_bwd_weight" and params.G == 1:

@@ -47,6 +47,14 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
+# A GEMM grid of at most one program per SM runs each SM below its share of the peak: one CTA cannot
+# hide its own load latency (H200, ResNet-50's 1024x512 1x1 stride-2 wgrad at N64: igemm's 64 tiles
+# without a split at 2.5x the model, where the 256-tile layers it was corrected on ran at 1.0x).
+# Session 28, `db evaluate --hide layer` with the other GPU's rows over 0.5 / 0.6 / 0.7 / 0.75 / 0.8 /
+# 1.0: H200 0.926 / 0.927 / 0.928 / 0.927 / 0.926 / 0.924, H100 0.938 / 0.940 / 0.941 / 0.941 / 0.942 /
+# 0.940; below 0.5x at 0.75: 8 -> 6 (H200), 10 -> 8 (H100).
+ONE_CTA_EFFICIENCY = 0.75
+
 TAPS_IN_COLUMNS = ("two_stage", "padx")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 
 # ---- neighbour search -----------------------------------------------------------------------
