@@ -137,3 +137,40 @@ def test_a_child_counts_as_done_only_with_a_verified_instance():
     none = "measured 3 instances (0 ok, 0 pruned, 3 failed) in 4.0 s = 45.0 instances/min (0.0 benchmarked/min)"
     assert background._served(ok) and not background._served(none) and not background._served("Traceback ...")
     assert background._served("1 already tuned (skipped); measured 0 instances")
+
+
+def test_a_converted_layer_trains_on_then_gets_its_tuned_kernels(tiers):
+    """instance_factory.torch under the background policy: the first backward runs at once on the cost
+    model's choices with torch's gradients, the children tune both passes, and the next backward is
+    served from the user tier (no miss warning), with the same gradients."""
+    from instance_factory.torch import Conv2d
+    from instance_factory.torch.problems import record_backward_problems
+
+    os.environ["INSTANCE_FACTORY_MISS_POLICY"] = "background"
+    torch.manual_seed(1)
+    conv = Conv2d(8, 16, 3, padding=1, bias=False).half()
+    ref = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False).half()
+    ref.load_state_dict(conv.state_dict())
+    x = torch.randn(1, 8, 5, 6, dtype=torch.float16)
+
+    def grads(layer):
+        xi = x.clone().requires_grad_()
+        layer.weight.grad = None
+        layer(xi).float().square().sum().backward()
+        return xi.grad.double(), layer.weight.grad.double()
+
+    want = [g.double() for g in grads(ref)]  # torch's own backward (float16 on the CPU)
+    with record_backward_problems() as found, pytest.warns(L.TuningMissWarning, match="background"):
+        first = grads(conv)
+    assert {p.op for p in found} == {"conv_bwd_data", "conv_bwd_weight"}
+    assert all(rel_error(g, w) < 2e-3 for g, w in zip(first, want))
+    assert background.wait(timeout=400), background.status()
+    keys = {Problem(p.op, p.params, p.layout, p.dtype, p.fused_op).key for p in found}
+    assert keys <= set(background.status()["done"]) and keys <= set(read_db(_user_file())["problem_key"])
+    L._NEXT_CHECK[0] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", L.TuningMissWarning)
+        again = grads(conv)
+    assert all(rel_error(g, w) < 2e-3 for g, w in zip(again, want))
+    for p in found:
+        assert L.explain(p.op, p.params, layout=p.layout, dtype=p.dtype).source == "exact (user tier)"
