@@ -291,3 +291,29 @@ def test_a_grid_of_one_program_an_sm_runs_below_the_peak(monkeypatch):
     assert C.ONE_CTA_EFFICIENCY < 1.0
     assert got[C.ONE_CTA_EFFICIENCY][0] == pytest.approx(got[1.0][0] / C.ONE_CTA_EFFICIENCY)
     assert got[C.ONE_CTA_EFFICIENCY][1] == got[1.0][1]  # 1024 tiles: several programs an SM
+
+
+def test_a_disturbed_prune_counts_with_its_sibling_dtypes_timing():
+    """A pruned row is one run; when the same kernel's full timing on the fp16/bf16 sibling problem is
+    over PRUNE_SIBLING_FACTOR x faster, that run was disturbed and the sibling's times stand for it."""
+    p = ConvParams(2, 1, 128, 32, 192, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0))
+
+    def row(dt, status, ms, bm=64, device="H100"):
+        return {"problem_key": f"conv_bwd_data|NGCHW/GKYXC/NGKHW|{dt}|passthrough|{p.key()}", "status": status,
+                "instance": f"conv_bwd_data-cfirst-NGCHW_GKYXC_NGKHW-{dt}-passthrough-m{bm}", "device": device,
+                "algorithm": "cfirst", "instance_params": f'{{"block_m": {bm}}}', "median_ms": ms, "p20_ms": ms,
+                "p80_ms": ms}
+
+    timed, disturbed = row("bf16", "ok", 0.0236), row("fp16", "pruned", 0.7333)
+    honest = row("fp16", "pruned", 0.04, bm=128)  # no sibling timing: kept
+    fixed = C.repair_prunes([timed, disturbed, honest])
+    assert fixed[1]["median_ms"] == 0.0236 and fixed[1]["status"] == "pruned" and fixed[2] is honest
+    slow = row("fp16", "pruned", 0.03)
+    assert C.repair_prunes([timed, slow])[1] is slow  # within the factor: a real (slow) single run
+    assert C.repair_prunes([row("bf16", "ok", 0.0236, device="H200"), disturbed])[1] is disturbed
+    # as evidence: the fp16 problem (timed on another kernel) no longer sees m64 as 30x slow
+    ev = C.Evidence.from_rows([timed, disturbed, row("fp16", "ok", 0.025, bm=128)])
+    fp16 = next(t for t in ev.problems if t.dtype == "fp16")
+    m64 = next(sig for sig in fp16.corrections if '"block_m": 64' in sig or "block_m=64" in sig)
+    bf16 = next(t for t in ev.problems if t.dtype == "bf16")
+    assert fp16.corrections[m64] == pytest.approx(bf16.corrections[m64])

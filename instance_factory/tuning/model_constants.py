@@ -55,6 +55,12 @@ EXTRA_LAUNCH = 0.6
 # 0.940; below 0.5x at 0.75: 8 -> 6 (H200), 10 -> 8 (H100).
 ONE_CTA_EFFICIENCY = 0.75
 
+# A pruned row is one run, stored as a bound. 87 of the H100 file's pruned fp16/bf16 rows took over 5x
+# (up to 8,000x: a compile inside the run) the same kernel's full timing on the sibling dtype's problem;
+# as evidence they marked good kernels as failures (session 28). Past this factor the sibling's timing
+# stands for such a row (`cost_model.repair_prunes`).
+PRUNE_SIBLING_FACTOR = 2.0
+
 TAPS_IN_COLUMNS = ("two_stage", "padx")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 
 # ---- neighbour search -----------------------------------------------------------------------
