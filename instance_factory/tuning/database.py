@@ -104,6 +104,7 @@ __all__ = [
     "problem_fields",
     "problem_key",
     "read_db",
+    "read_db_or_warn",
     "split_problem_key",
     "system_db_dir",
     "system_db_files",
@@ -423,16 +424,20 @@ def read_valid_rows(path: str | os.PathLike, device: DeviceInfo, *, ok_only: boo
     """The rows of one database file that count on ``device`` with the current software and kernels.
     ``damaged="warn"``: a file that cannot be read gives a :class:`DamagedTierWarning` and no rows
     (lookups then serve the other tier or the miss policy) instead of a DatabaseError."""
-    try:
-        df = read_db(path)
-    except DatabaseError as exc:
-        if damaged != "warn":
-            raise
-        warnings.warn(f"instance_factory: skipping a tuning database that cannot be read: {exc}",
-                      DamagedTierWarning, stacklevel=2)
-        return empty_frame()
+    df = read_db_or_warn(path, stacklevel=3) if damaged == "warn" else read_db(path)
     return valid_rows(df, device=device, software=software or current_software(),
                       kernel_hashes=kernel_hashes or registry_kernel_hashes(), ok_only=ok_only)
+
+
+def read_db_or_warn(path: str | os.PathLike, *, stacklevel: int = 2) -> pd.DataFrame:
+    """:func:`read_db`, or no rows and a :class:`DamagedTierWarning` for a file that cannot be read
+    (lookups then serve the other tier or the miss policy)."""
+    try:
+        return read_db(path)
+    except DatabaseError as exc:
+        warnings.warn(f"instance_factory: skipping a tuning database that cannot be read: {exc}",
+                      DamagedTierWarning, stacklevel=stacklevel + 1)
+        return empty_frame()
 
 
 def registry_kernel_hashes() -> Callable[[str], str | None]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank, repair_prunes
@@ -165,10 +166,18 @@ def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide:
 
     paths = [db] if db else [str(p) for p in system_db_files()]
     hashes = registry_kernel_hashes()
-    keep = (lambda df: df) if stale_rows else (lambda df: valid_rows(df, kernel_hashes=hashes, ok_only=False))
-    shipped = [keep(read_db(p)) for p in system_db_files()] if foreign else []
+    frames: dict[str, Any] = {}  # each file read once: the scored file is one of the shipped ones too
+
+    def rows_of(path: Any) -> Any:
+        key = str(Path(path).resolve())
+        if key not in frames:
+            df = read_db(path)
+            frames[key] = df if stale_rows else valid_rows(df, kernel_hashes=hashes, ok_only=False)
+        return frames[key]
+
+    shipped = [rows_of(p) for p in system_db_files()] if foreign else []
     for path in paths:
-        df = keep(read_db(path))
+        df = rows_of(path)
         for (device, sms), part in df.groupby(["device", "device_sms"]):
             others = [r for f in shipped if len(f) for r in f[f["device"] != device].to_dict("records")]
             res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132, hide=hide, foreign_rows=others)

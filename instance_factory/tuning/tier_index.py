@@ -13,7 +13,6 @@ are not parsed again, nor twice (the system tier's file is also one of the forei
 from __future__ import annotations
 
 import threading
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,15 +116,7 @@ def _file_rows(path: Path, sig: tuple | None, dev: Any) -> _FileRows | None:
     """The file's rows for ``dev`` (None when it does not exist): from the cache while its signature,
     the registry and the software are those it was read with; a damaged file warns and counts as empty."""
     from ..registry import get_registry
-    from .database import (
-        DamagedTierWarning,
-        DatabaseError,
-        current_software,
-        empty_frame,
-        read_db,
-        registry_kernel_hashes,
-        valid_rows,
-    )
+    from .database import current_software, read_db_or_warn, registry_kernel_hashes, valid_rows
 
     if sig is None:
         return None
@@ -135,13 +126,7 @@ def _file_rows(path: Path, sig: tuple | None, dev: Any) -> _FileRows | None:
         hit = _FILES.get(key)
         if hit is not None and hit.signature == sig and hit.registry is reg and hit.software == sw:
             return hit
-    try:
-        df = read_db(path)
-    except DatabaseError as exc:
-        warnings.warn(f"instance_factory: skipping a tuning database that cannot be read: {exc}",
-                      DamagedTierWarning, stacklevel=3)
-        df = empty_frame()
-    current = valid_rows(df, kernel_hashes=registry_kernel_hashes(), ok_only=False)
+    current = valid_rows(read_db_or_warn(path, stacklevel=3), kernel_hashes=registry_kernel_hashes(), ok_only=False)
     own = valid_rows(current, device=dev, software=sw, ok_only=False)
     got = _FileRows(sig, reg, sw, _evidence_records(own), _ranked_by_key(own[own["status"] == "ok"]),
                     _evidence_records(current[current["device"] != dev.name]) if len(current) else [])
