@@ -192,3 +192,20 @@ def test_config_checks():
     assert "split_k" in _cfg(split_k=pw.MAX_SPLIT + 1).check()
     assert "accumulator" in _cfg(block_m=256, block_n=256, num_warps=8).check()
     assert "reduce" in _cfg(reduce="atomic").check()
+
+
+def test_reduce_shape_spreads_one_tile_and_sums_slabs_in_blocks():
+    # one 64x32 tile with 131 splits: 64 one-row programs summing 64 slabs a step, not one program
+    # reading 131 slabs one after another; the tiles alone filling the GPU keep the 2048-element rows
+    assert pw.reduce_shape(1, 131, 64, 32, 132) == (1, 64)
+    assert pw.reduce_shape(200, 4, 128, 128, 132) == (16, 2)
+    rows, block_s = pw.reduce_shape(3, 5, 16, 16, 132)
+    assert rows == 1 and block_s == 8
+
+
+def test_many_splits_over_one_tile():
+    # 80 splits over one 32x16 tile: one-row programs sum 64 slabs, then a ragged block of 16
+    p = _p(2, G=1, N=5, K=24, C=16, f=(1, 1), i=(16, 16))
+    assert pw.plan(p, _cfg(block_m=32, block_n=16, block_k=16, split_k=80), layout_for("nhwgc", 2), 132)[2] == 80
+    assert pw.reduce_shape(1, 80, 32, 16, 132) == (1, 64)
+    _check(p, cfg=_cfg(block_m=32, block_n=16, block_k=16, split_k=80, reduce="pass"))

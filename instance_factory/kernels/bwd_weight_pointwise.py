@@ -79,6 +79,8 @@ _ONE = tl.constexpr(0)  # one split: epilogue from the accumulator
 _LAST_SUMS = tl.constexpr(1)  # the last split to arrive sums the slabs (one launch)
 _SLABS = tl.constexpr(2)  # slabs only; a reduce pass sums them (two launches, the sum spread over the GPU)
 _REDUCE_TILE_ELEMS = 2048
+# fp32 partial sums a reduce program holds (BLOCK_S slabs x ROWS x BLOCK_N): 32 registers a thread
+_REDUCE_PARTS = 4096
 # Session 23 (H100, Triton 3.6): 128x256 tiles over boxes of several rows (strided layers, rows under
 # 64 positions) gave relative errors of 1e-3 to 0.15 on 52 of 273 runs over 9 layers; 128x128 and
 # smaller tiles passed all 504 such runs, and 128x256 over single-row boxes all of its 2,240.
@@ -171,17 +173,23 @@ def _bwd_weight_pointwise_kernel(
 def _pointwise_reduce_kernel(
     ws_ptr, out_ptr, d0, d1, d2, d3, alpha, beta,
     K, C, tiles_m, tiles_n, TILES, SPLIT, ws_g, ws_k, ws_c,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, GROUP_M: tl.constexpr,
-    INT64: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, BLOCK_S: tl.constexpr,
+    GROUP_M: tl.constexpr, INT64: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
-    """ROWS rows of one tile: its slabs summed in split order, the epilogue, dW."""
+    """ROWS rows of one tile: its slabs summed BLOCK_S at a time (one load per slab in a loop waits on
+    each load: one program summing 131 slabs took ~33 us), in a fixed order; the epilogue, dW."""
     tile = tl.program_id(0)
     g, k0, c0 = _tile_origin(tile, tiles_m, tiles_n, GROUP_M, BLOCK_M, BLOCK_N)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     loc = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    acc = tl.load(ws_ptr + tile.to(tl.int64) * (BLOCK_M * BLOCK_N) + loc)
-    for s in range(1, SPLIT):
-        acc += tl.load(ws_ptr + (s * TILES + tile).to(tl.int64) * (BLOCK_M * BLOCK_N) + loc)
+    srow = tl.arange(0, BLOCK_S)
+    parts = tl.zeros((BLOCK_S, ROWS, BLOCK_N), dtype=tl.float32)
+    for s0 in range(0, SPLIT, BLOCK_S):
+        sp = s0 + srow
+        slab = (sp * TILES + tile).to(tl.int64) * (BLOCK_M * BLOCK_N)
+        parts += tl.load(ws_ptr + slab[:, None, None] + loc[None, :, :], mask=(sp < SPLIT)[:, None, None],
+                         other=0.0)
+    acc = tl.sum(parts, axis=0)
     offs_m = k0 + rows
     offs_n = c0 + tl.arange(0, BLOCK_N)
     if INT64:
@@ -322,6 +330,16 @@ def plan(params: ConvParams, cfg: BwdWeightPointwiseConfig, layout: LayoutTriple
     return tiles, chunks, triton.cdiv(chunks, triton.cdiv(chunks, split))
 
 
+def reduce_shape(tiles: int, split: int, bm: int, bn: int, sms: int) -> tuple[int, int]:
+    """(rows of a tile per reduce program, slabs summed per step): fewer rows where the tiles alone
+    leave SMs idle (a one-tile layer's 131 slabs were read by one program), then as many slabs a step
+    as the partial sums allow."""
+    rows = max(1, min(bm, _REDUCE_TILE_ELEMS // bn))
+    while rows > 1 and tiles * (bm // rows) < sms:
+        rows //= 2
+    return rows, max(1, min(triton.next_power_of_2(split), _REDUCE_PARTS // (rows * bn), 64))
+
+
 # The last program to arrive reads one slab after another (session 23, H100: about 0.7 us a slab of
 # up to 64 KiB, 4 us for a 128x256 tile's 128 KiB, where the accumulator leaves no registers to spare)
 _SERIAL_SLAB_S = 0.7e-6
@@ -398,9 +416,9 @@ def bind(args: RunArgs) -> Runner:
     dy_template = descriptor_template(args.b, dy_view, [1, 1, box_r, box_w, bm])
     x_template = descriptor_template(args.a, x_view, [1, 1, box_r, box_w, bn])
     slab_numel = split * tiles * bm * bn if split > 1 else 1
-    rows = max(1, min(bm, _REDUCE_TILE_ELEMS // bn))
+    rows, block_s = reduce_shape(tiles, split, bm, bn, sm_count(dev))
     reduce = BoundKernel(_pointwise_reduce_kernel, (tiles, bm // rows), BLOCK_M=bm, BLOCK_N=bn, ROWS=rows,
-                         GROUP_M=cfg.group_m, INT64=int64, num_warps=4, **epi)
+                         BLOCK_S=block_s, GROUP_M=cfg.group_m, INT64=int64, num_warps=4, **epi)
     reduce_scalars = (geo.K, geo.C, tiles_m, tiles_n, tiles, split, ws_g, ws_k, ws_c)
 
     def run(x: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
