@@ -197,10 +197,19 @@ def test_config_checks():
 def test_reduce_shape_spreads_one_tile_and_sums_slabs_in_blocks():
     # one 64x32 tile with 131 splits: 64 one-row programs summing 64 slabs a step, not one program
     # reading 131 slabs one after another; the tiles alone filling the GPU keep the 2048-element rows
+    # and sum one slab a step
     assert pw.reduce_shape(1, 131, 64, 32, 132) == (1, 64)
-    assert pw.reduce_shape(200, 4, 128, 128, 132) == (16, 2)
+    assert pw.reduce_shape(200, 4, 128, 128, 132) == (16, 1)
     rows, block_s = pw.reduce_shape(3, 5, 16, 16, 132)
     assert rows == 1 and block_s == 8
+
+
+def test_reduce_pass_one_slab_a_step(monkeypatch):
+    # a GPU of 2 SMs: the 2048-element rows fill it, so the reduce pass takes the one-slab-a-step loop
+    monkeypatch.setattr(pw, "sm_count", lambda device: 2)
+    p = _p(2, G=1, N=3, K=80, C=16, f=(1, 1), i=(5, 7))  # two 64x16 tiles
+    assert pw.reduce_shape(2, 5, 64, 16, 2) == (64, 1)
+    _check(p, cfg=_cfg(split_k=5, reduce="pass"))
 
 
 def test_many_splits_over_one_tile():

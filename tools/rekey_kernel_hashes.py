@@ -9,6 +9,18 @@ is left as it is, so it stays stale.
     git stash; python tools/rekey_kernel_hashes.py dump old.json; git stash pop   # old formula
     python tools/rekey_kernel_hashes.py dump new.json                             # new formula
     python tools/rekey_kernel_hashes.py apply old.json new.json tuning_db/*.csv.gz evidence/*.jsonl evidence/gpu/*.jsonl
+
+A kernel change that a row's run never launched leaves that row's measurement valid too:
+``apply old.json new.json --only CHECK[,CHECK] FILES`` re-keys only the database rows that one of the
+named checks (``ONLY`` below) accepts; evidence lines are left stale. Session 29 changed pointwise
+wgrad's reduce pass twice (H0 -> H1: BLOCK_S slabs a step everywhere; H1 -> H2: one slab a step,
+H0's code, where the full rows fill the GPU), so:
+
+    apply h0.json h1.json --only pointwise_reduce_none FILES          # no reduce pass: same code
+    apply h0.json h2.json --only pointwise_reduce_one_slab FILES      # H0's loop is H2's one-slab loop
+    apply h1.json h2.json --only pointwise_reduce_none,pointwise_reduce_block,relayout FILES
+    apply h0.json h2.json --only relayout_without_pointwise FILES     # the rows not re-timed
+    instance-factory db compact --db FILE                              # one row per identity again
 """
 
 from __future__ import annotations
@@ -32,14 +44,54 @@ def dump(path: str) -> None:
     print(f"{len(hashes)} instances -> {path}")
 
 
-def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]]) -> tuple[str, int, int]:
+def _pointwise_reduce(row: dict[str, str]) -> str:
+    """Which reduce code a pointwise wgrad row's launch ran: "none" (one split, or reduce "last"),
+    "one_slab" (the reduce pass's one-slab-a-step loop) or "block" (BLOCK_S slabs a step); "" for
+    other rows."""
+    from instance_factory.kernels import bwd_weight_pointwise as pointwise
+    from instance_factory.layouts import parse_layout
+    from instance_factory.tuning.schema import params_from_row
+
+    if row["op"] != "conv_bwd_weight" or row["algorithm"] != "pointwise":
+        return ""
+    params = params_from_row(row)
+    cfg = pointwise.BwdWeightPointwiseConfig(**json.loads(row["instance_params"]))
+    sms = int(row["device_sms"])
+    tiles, _, split = pointwise.plan(params, cfg, parse_layout(row["layout"], params.ndim), sms)
+    if split == 1 or cfg.reduce == "last":
+        return "none"
+    return "one_slab" if pointwise.reduce_shape(tiles, split, cfg.block_m, cfg.block_n, sms)[1] == 1 else "block"
+
+
+ONLY = {
+    "pointwise_reduce_none": lambda row: _pointwise_reduce(row) == "none",
+    "pointwise_reduce_one_slab": lambda row: _pointwise_reduce(row) == "one_slab",
+    "pointwise_reduce_block": lambda row: _pointwise_reduce(row) == "block",
+    "relayout": lambda row: row["algorithm"] == "relayout",
+    "relayout_without_pointwise": lambda row: row["algorithm"] == "relayout" and not _is_1x1_pad0(row),
+}
+
+
+def _is_1x1_pad0(row: dict[str, str]) -> bool:
+    """pointwise runs only these: relayout's inner lookup on any other problem never launched it."""
+    from instance_factory.tuning.schema import params_from_row
+
+    return params_from_row(row).is_1x1_pad0
+
+
+def _any_of(names: str):
+    checks = [ONLY[n] for n in names.split(",")]
+    return lambda row: any(c(row) for c in checks)
+
+
+def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
     rows = list(csv.reader(io.StringIO(text)))
     head = rows[0]
     i_inst, i_hash = head.index("instance"), head.index("kernel_hash")
     changed = kept = 0
     for row in rows[1:]:
         old_new = mapping.get(row[i_inst])
-        if old_new and row[i_hash] == old_new[0]:
+        if old_new and row[i_hash] == old_new[0] and (only is None or only(dict(zip(head, row)))):
             row[i_hash] = old_new[1]
             changed += 1
         else:
@@ -64,14 +116,18 @@ def _rekey_jsonl(text: str, mapping: dict[str, tuple[str, str]]) -> tuple[str, i
     return "\n".join(lines) + ("\n" if text.endswith("\n") else ""), changed, kept
 
 
-def apply(old_path: str, new_path: str, files: list[str]) -> None:
+def apply(old_path: str, new_path: str, files: list[str], only: str | None = None) -> None:
     old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
     mapping = {name: (old[name], new[name]) for name in old.keys() & new.keys()}
     for f in files:
         raw = Path(f).read_bytes()
         text = (gzip.decompress(raw) if is_compressed(f) else raw).decode("utf-8")  # the shipped tier: gzip'd
-        fn = _rekey_csv if f.endswith((".csv", ".csv.gz")) else _rekey_jsonl
-        out, changed, kept = fn(text, mapping)
+        if f.endswith((".csv", ".csv.gz")):
+            out, changed, kept = _rekey_csv(text, mapping, _any_of(only) if only else None)
+        elif only:
+            continue  # evidence lines carry no launch plan: they stay stale
+        else:
+            out, changed, kept = _rekey_jsonl(text, mapping)
         if out != text:
             tmp = Path(f + ".rekey.tmp")
             tmp.write_bytes(encode_text(f, out))  # the bytes storage.write_db would write
@@ -82,7 +138,10 @@ def apply(old_path: str, new_path: str, files: list[str]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "dump":
         dump(sys.argv[2])
-    elif len(sys.argv) >= 5 and sys.argv[1] == "apply":
+    elif (len(sys.argv) >= 7 and sys.argv[1] == "apply" and sys.argv[4] == "--only"
+          and set(sys.argv[5].split(",")) <= ONLY.keys()):
+        apply(sys.argv[2], sys.argv[3], sys.argv[6:], only=sys.argv[5])
+    elif len(sys.argv) >= 5 and sys.argv[1] == "apply" and sys.argv[4] != "--only":
         apply(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         sys.exit(__doc__)

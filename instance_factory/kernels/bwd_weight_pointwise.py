@@ -176,20 +176,27 @@ def _pointwise_reduce_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, BLOCK_S: tl.constexpr,
     GROUP_M: tl.constexpr, INT64: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
-    """ROWS rows of one tile: its slabs summed BLOCK_S at a time (one load per slab in a loop waits on
-    each load: one program summing 131 slabs took ~33 us), in a fixed order; the epilogue, dW."""
+    """ROWS rows of one tile: its slabs summed in a fixed order, one a step (ROWS x BLOCK_N of 2048:
+    enough programs to fill the GPU) or BLOCK_S a step (few rows a program: one program summing a
+    one-tile layer's 131 slabs one by one took ~33 us, each step waiting on its load); the epilogue, dW."""
     tile = tl.program_id(0)
     g, k0, c0 = _tile_origin(tile, tiles_m, tiles_n, GROUP_M, BLOCK_M, BLOCK_N)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     loc = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    srow = tl.arange(0, BLOCK_S)
-    parts = tl.zeros((BLOCK_S, ROWS, BLOCK_N), dtype=tl.float32)
-    for s0 in range(0, SPLIT, BLOCK_S):
-        sp = s0 + srow
-        slab = (sp * TILES + tile).to(tl.int64) * (BLOCK_M * BLOCK_N)
-        parts += tl.load(ws_ptr + slab[:, None, None] + loc[None, :, :], mask=(sp < SPLIT)[:, None, None],
-                         other=0.0)
-    acc = tl.sum(parts, axis=0)
+    if BLOCK_S == 1:
+        # session 29 (H100): the [BLOCK_S, ROWS, BLOCK_N] block below with BLOCK_S = 2 ran these ~7% slower
+        acc = tl.load(ws_ptr + tile.to(tl.int64) * (BLOCK_M * BLOCK_N) + loc)
+        for s in range(1, SPLIT):
+            acc += tl.load(ws_ptr + (s * TILES + tile).to(tl.int64) * (BLOCK_M * BLOCK_N) + loc)
+    else:
+        srow = tl.arange(0, BLOCK_S)
+        parts = tl.zeros((BLOCK_S, ROWS, BLOCK_N), dtype=tl.float32)
+        for s0 in range(0, SPLIT, BLOCK_S):
+            sp = s0 + srow
+            slab = (sp * TILES + tile).to(tl.int64) * (BLOCK_M * BLOCK_N)
+            parts += tl.load(ws_ptr + slab[:, None, None] + loc[None, :, :], mask=(sp < SPLIT)[:, None, None],
+                             other=0.0)
+        acc = tl.sum(parts, axis=0)
     offs_m = k0 + rows
     offs_n = c0 + tl.arange(0, BLOCK_N)
     if INT64:
@@ -332,11 +339,13 @@ def plan(params: ConvParams, cfg: BwdWeightPointwiseConfig, layout: LayoutTriple
 
 def reduce_shape(tiles: int, split: int, bm: int, bn: int, sms: int) -> tuple[int, int]:
     """(rows of a tile per reduce program, slabs summed per step): fewer rows where the tiles alone
-    leave SMs idle (a one-tile layer's 131 slabs were read by one program), then as many slabs a step
-    as the partial sums allow."""
-    rows = max(1, min(bm, _REDUCE_TILE_ELEMS // bn))
+    leave SMs idle (a one-tile layer's 131 slabs were read by one program), and then as many slabs a
+    step as the partial sums allow; one slab a step where the full rows fill the GPU."""
+    full = rows = max(1, min(bm, _REDUCE_TILE_ELEMS // bn))
     while rows > 1 and tiles * (bm // rows) < sms:
         rows //= 2
+    if rows == full:
+        return rows, 1
     return rows, max(1, min(triton.next_power_of_2(split), _REDUCE_PARTS // (rows * bn), 64))
 
 
