@@ -57,6 +57,21 @@ def test_model_scales_with_work_and_charges_tile_padding():
     assert C.model_ms("conv_bwd_data", DENSE, "bf16", "igemm", cfg, host_floor_ms=5.0) == 5.0
 
 
+def test_dgrad_charges_the_channel_blocks_of_each_tap():
+    # bwd data reduces each tap's K channels in block_k chunks: K = 32 under block_k = 64 runs as many
+    # steps as K = 64 (DenseNet's growth layers); block_k = 32 wastes none, and bwd weight is untouched
+    growth = ConvParams(2, 1, 128, 32, 512, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    wide = ConvParams(2, 1, 128, 64, 512, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    k64 = {"block_m": 128, "block_n": 128, "block_k": 64, "split_k": 1}
+    k32 = dict(k64, block_k=32)
+    assert C.dgrad_channel_padding("conv_bwd_data", growth, k64) == 2.0
+    assert C.dgrad_channel_padding("conv_bwd_data", growth, k32) == 1.0
+    assert C.dgrad_channel_padding("conv_bwd_weight", growth, k64) == 1.0
+    t = {name: C.model_ms("conv_bwd_data", p, "bf16", "igemm", cfg)
+         for name, p, cfg in (("g64", growth, k64), ("g32", growth, k32), ("w64", wide, k64))}
+    assert t["g64"] == pytest.approx(t["w64"], rel=0.05) and t["g64"] > 1.8 * t["g32"]
+
+
 def test_bdrow_is_modelled_by_its_block_diagonal_tiles():
     """bdrow (grouped wgrad) is a tensor-core kernel: its model follows the padded block-diagonal
     work (GPT groups per tile), not a CUDA-core rate, so it scales with the layer."""

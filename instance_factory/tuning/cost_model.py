@@ -207,7 +207,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         if not stream and programs <= sms:  # one CTA an SM: below its share of the peak
             fill *= ONE_CTA_EFFICIENCY
         padded = 2.0 * tiles * bm * bn * k
-        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
+        compute_s = padded * dgrad_channel_padding(op, params, cfg) / (
+            PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
         if op == "conv_bwd_weight" and params.G == 1:
             compute_s = max(compute_s, tiles * (bm + bn) * k * _elem_bytes(dtype) / L2_BW)
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
@@ -242,6 +243,15 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
     return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
+
+
+def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float:
+    """The bwd-data tile families reduce each tap's K channels in block_k chunks: a chunk wider
+    than K (DenseNet's growth layers, K = 32 under block_k = 64) multiplies the reduction steps."""
+    if op != "conv_bwd_data" or "block_k" not in cfg:
+        return 1.0
+    bk = int(cfg["block_k"])
+    return -(-params.K // bk) * bk / params.K
 
 
 def _unaligned_groups(params: Any) -> bool:
