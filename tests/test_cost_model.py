@@ -54,7 +54,7 @@ def test_model_scales_with_work_and_charges_tile_padding():
     tiled = C.model_ms("conv_bwd_weight", dw, "bf16", "igemm", {"block_m": 64, "block_n": 64, "split_k": 1})
     direct = C.model_ms("conv_bwd_weight", dw, "bf16", "direct", {"block_ch": 64})
     assert tiled > 10 * direct
-    assert C.model_ms("conv_bwd_data", DENSE, "bf16", "igemm", cfg, host_floor_ms=5.0) == 5.0
+    assert C.model_ms("conv_bwd_data", DENSE, "bf16", "igemm", cfg, host_floor_ms=5.0) == pytest.approx(5.0, rel=1e-3)
 
 
 def test_dgrad_charges_the_channel_blocks_of_each_tap():

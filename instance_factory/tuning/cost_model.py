@@ -9,8 +9,9 @@ over the nearest tuned problems Q that measured the same kernel (same family and
 parameters, in any dtype or layout: fp16 and bf16 instances are one kernel). ``model`` is an
 analytic roofline (:func:`model_ms`): the longest of tile-padded GEMM work over the dtype's tensor-core
 rate and the SM waves filled, the tiles' operand reads over L2 bandwidth, and bytes over memory
-bandwidth, never below the family's host floor (its fastest call in the data). The neighbour term
-carries what the model misses (a kernel's real efficiency): a new family needs no rule, only rows.
+bandwidth, blended with the family's floor (its fastest call in the data; ``FLOOR_BLEND_POWER``).
+The neighbour term carries what the model misses (a kernel's real efficiency): a new family needs no
+rule, only rows.
 
 Neighbours: problems of the same pass, by a weighted distance in a normalized problem space (log2
 of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
@@ -41,6 +42,7 @@ from .model_constants import (
     EXTRA_LAUNCH,
     FAILED_FACTOR,
     FEATURE_WEIGHTS,
+    FLOOR_BLEND_POWER,
     FUSED_PENALTY,
     HOST_COST_MS,
     L2_BW,
@@ -242,16 +244,14 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
         walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
-    return max(1e3 * max(compute_s, mem_s), host_floor_ms, 1e-4)
+    work_ms, q = 1e3 * max(compute_s, mem_s), FLOOR_BLEND_POWER  # near the floor, work still shows
+    return max((work_ms ** q + host_floor_ms ** q) ** (1 / q), 1e-4)
 
 
 def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float:
-    """The bwd-data tile families reduce each tap's K channels in block_k chunks: a chunk wider
-    than K (DenseNet's growth layers, K = 32 under block_k = 64) multiplies the reduction steps."""
-    if op != "conv_bwd_data" or "block_k" not in cfg:
-        return 1.0
-    bk = int(cfg["block_k"])
-    return -(-params.K // bk) * bk / params.K
+    """bwd-data tiles reduce each tap's K in block_k chunks: K = 32 under 64 doubles the steps."""
+    bk = int(cfg.get("block_k", 0)) if op == "conv_bwd_data" else 0
+    return -(-params.K // bk) * bk / params.K if bk else 1.0
 
 
 def _unaligned_groups(params: Any) -> bool:

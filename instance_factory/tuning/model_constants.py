@@ -47,6 +47,14 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3}
 EXTRA_LAUNCH = 0.6
 
+# A family's floor (its fastest measured call) and the work of the call blend as (work^q + floor^q)^(1/q)
+# instead of max(work, floor): under the floor a max hid the padded work of tiles far wider than the
+# layer's channels (the held-out RegNetY G37 C24 dgrad: igemm 128x128, 0.023 ms, vs blockdiag 128x32, 0.016;
+# DenseNet's K32 growth layer: 128x256, 0.028 ms, vs 64x128, 0.0124). Session 29, `db evaluate --hide
+# layer` with q = max / 6 / 4 / 3 / 2: H100 0.942 / 0.945 / 0.946 / 0.947 / 0.948, H200 0.926 / 0.927 /
+# 0.928 / 0.927 / 0.923; below 0.5x at q = 3: 8 -> 6 (H100), 13 -> 12 (H200).
+FLOOR_BLEND_POWER = 3.0
+
 # A GEMM grid of at most one program per SM runs each SM below its share of the peak: one CTA cannot
 # hide its own load latency (H200, ResNet-50's 1024x512 1x1 stride-2 wgrad at N64: igemm's 64 tiles
 # without a split at 2.5x the model, where the 256-tile layers it was corrected on ran at 1.0x).
