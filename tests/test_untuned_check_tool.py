@@ -46,3 +46,42 @@ def test_cpu_smoke_run_writes_results(tmp_path, monkeypatch):
     from instance_factory.tuning import lookup
 
     lookup.clear_cache()  # the run's user tier must not leak into later tests' lookups
+
+
+def test_a_default_far_below_the_tuned_best_is_timed_again(monkeypatch):
+    # one disturbed timing must not decide a class's worst case: under RETIME_BELOW both the default and
+    # the tuned best are timed once more and each keeps its faster timing; above it nothing is re-timed
+    import pandas as pd
+
+    from instance_factory.problem import ConvParams
+    from instance_factory.registry import get_registry
+    from instance_factory.tuning import untuned
+    from instance_factory.tuning.database import DEVICE_COLS, SOFTWARE_COLS
+    from instance_factory.tuning.problem_sets import Problem
+
+    pr = Problem("conv_bwd_data", ConvParams(2, 1, 1, 8, 8, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),
+                 "NHWGC/GKYXC/NHWGK", "fp16")
+    insts = [i for i in get_registry().instances() if i.op == pr.op and i.layout_family == "nhwgc"
+             and i.ndim == 2 and i.dtype == "fp16" and i.fused_op == "passthrough"][:2]
+    default, best = insts
+    again = {default.name: 0.05, best.name: 0.03}
+    calls = []
+
+    def fake_measure(problem, inst, **kw):
+        calls.append(inst.name)
+        return {"ms": again[inst.name], "cudnn_ms": 0.02, "rel_err": 0.0, "verified": True}
+
+    monkeypatch.setattr(untuned, "measure", fake_measure)
+
+    def rows(default_ms):
+        base = {c: "x" for c in (*DEVICE_COLS, *SOFTWARE_COLS)}
+        return pd.DataFrame([dict(base, problem_key=pr.key, instance=name, status="ok", median_ms=ms, cudnn_ms=0.02)
+                             for name, ms in ((default.name, default_ms), (best.name, 0.04))])
+
+    rec, = untuned.compare([pr], rows(0.25), defaults={pr.key: default})
+    assert calls == [default.name, best.name]
+    assert (rec["default_first_ms"], rec["tuned_first_ms"]) == (0.25, 0.04)
+    assert (rec["default_ms"], rec["tuned_ms"]) == (0.05, 0.03) and abs(rec["ratio"] - 0.6) < 1e-9
+    calls.clear()
+    rec, = untuned.compare([pr], rows(0.06), defaults={pr.key: default})
+    assert calls == [] and "default_first_ms" not in rec and abs(rec["ratio"] - 0.04 / 0.06) < 1e-9

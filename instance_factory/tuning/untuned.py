@@ -89,11 +89,35 @@ def compare(problems: Sequence[Problem], rows: Any, *, device: Any = None, measu
             rec["default_ms"] = rec["default_ms"] or m["ms"]
             rec["cudnn_ms"] = rec["cudnn_ms"] or m["cudnn_ms"]
             rec["rel_err"], rec["verified"] = m["rel_err"], m["verified"]
+        if measure_missing and _ratio(rec) is not None and _ratio(rec) < RETIME_BELOW:
+            _retime(rec, pr, inst, device)
         if rec["tuned_ms"] is not None and rec["default_ms"]:
             rec["tuned_ms"] = min(rec["tuned_ms"], rec["default_ms"])  # the default is a candidate too
-        rec["ratio"] = rec["tuned_ms"] / rec["default_ms"] if rec["tuned_ms"] and rec["default_ms"] else None
+        rec["ratio"] = _ratio(rec)
         out.append(rec)
     return out
+
+
+# A default timed below this fraction of the tuned best is timed again, and so is the tuned best; each
+# keeps its faster timing. Session 29 (H100): EfficientNet-B0's bf16 5x5 stride-2 dgrad default was
+# timed at 0.255 ms in its sweep while the same kernel ran the fp16 problem at 0.041 ms in that run, and
+# one such timing decided its class's worst case (0.17).
+RETIME_BELOW = 0.5
+
+
+def _ratio(rec: Mapping[str, Any]) -> float | None:
+    return rec["tuned_ms"] / rec["default_ms"] if rec["tuned_ms"] and rec["default_ms"] else None
+
+
+def _retime(rec: dict, pr: Problem, inst: Any, device: Any) -> None:
+    """Time the default and the tuned best once more (the first timings stay in ``*_first_ms``)."""
+    from ..registry import get_registry
+
+    rec["default_first_ms"], rec["tuned_first_ms"] = rec["default_ms"], rec["tuned_ms"]
+    rec["default_ms"] = min(rec["default_ms"], measure(pr, inst, device=device, cudnn=False, verify=False)["ms"])
+    if rec["tuned"] and rec["tuned"] != inst.name:
+        tuned = get_registry().get(rec["tuned"])
+        rec["tuned_ms"] = min(rec["tuned_ms"], measure(pr, tuned, device=device, cudnn=False, verify=False)["ms"])
 
 
 def _num(v: Any) -> float | None:
