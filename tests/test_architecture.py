@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kernels", ("kernels", "kernels.*")),
     ("instances", ("instance", "factory", "registry")),
     ("run time", ("ops", "tuning.lookup", "tuning.cost_model", "tuning.packed_tiles", "tuning.box_rounding",
-                  "tuning.walk_model", "tuning.model_constants", "tuning.tier_index", "tuning.background",
+                  "tuning.walk_model", "tuning.model_constants", "tuning.roofline", "tuning.tier_index", "tuning.background",
                   "tuning.database", "tuning.schema",
                   "tuning.storage")),
     ("verification harness", ("harness", "harness.*")),

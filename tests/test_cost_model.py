@@ -9,6 +9,7 @@ import pytest
 from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
 from instance_factory.tuning import cost_model as C
+from instance_factory.tuning import roofline as R
 from instance_factory.tuning.database import read_db, registry_kernel_hashes, valid_rows
 from instance_factory.tuning.miss_eval import leave_one_out, summarize, summary_markdown
 from instance_factory.tuning.packed_tiles import blockdiag_dgrad_work
@@ -142,7 +143,7 @@ def test_unaligned_groups_double_the_pointer_gemms(monkeypatch):
         return C.model_ms("conv_bwd_weight", p, "bf16", alg, cfg)
 
     unaligned, dense24, aligned = ms(37, 24), ms(1, 24), ms(32, 32)
-    monkeypatch.setattr(C, "UNALIGNED_FACTOR", 1.0)
+    monkeypatch.setattr(R, "UNALIGNED_FACTOR", 1.0)
     assert unaligned == pytest.approx(2 * ms(37, 24))  # G*C = 888: no divisor of 16
     assert dense24 == pytest.approx(ms(1, 24))  # dense layers keep their model
     assert aligned == pytest.approx(ms(32, 32))  # C = 32, G*C = 1024
@@ -299,13 +300,13 @@ def test_a_grid_of_one_program_an_sm_runs_below_the_peak(monkeypatch):
     cfg = {"block_m": 64, "block_n": 128, "block_k": 64, "split_k": 1}
     big = ConvParams(2, 1, 64, 4096, 2048, (1, 1), (28, 28), (2, 2), (1, 1), (0, 0), (0, 0))
     got = {}
-    for eff in (1.0, C.ONE_CTA_EFFICIENCY):
-        monkeypatch.setattr(C, "ONE_CTA_EFFICIENCY", eff)
+    for eff in (1.0, R.ONE_CTA_EFFICIENCY):
+        monkeypatch.setattr(R, "ONE_CTA_EFFICIENCY", eff)
         got[eff] = (C.model_ms("conv_bwd_weight", p, "bf16", "igemm", cfg, 132),
                     C.model_ms("conv_bwd_weight", big, "bf16", "igemm", cfg, 132))
-    assert C.ONE_CTA_EFFICIENCY < 1.0
-    assert got[C.ONE_CTA_EFFICIENCY][0] == pytest.approx(got[1.0][0] / C.ONE_CTA_EFFICIENCY)
-    assert got[C.ONE_CTA_EFFICIENCY][1] == got[1.0][1]  # 1024 tiles: several programs an SM
+    assert R.ONE_CTA_EFFICIENCY < 1.0
+    assert got[R.ONE_CTA_EFFICIENCY][0] == pytest.approx(got[1.0][0] / R.ONE_CTA_EFFICIENCY)
+    assert got[R.ONE_CTA_EFFICIENCY][1] == got[1.0][1]  # 1024 tiles: several programs an SM
 
 
 def test_a_disturbed_prune_counts_with_its_sibling_dtypes_timing():

@@ -1,0 +1,154 @@
+"""The analytic part of the cost model: a roofline time of one call of an instance on a problem.
+
+:func:`model_ms` is the longest of the tile-padded GEMM work over the dtype's tensor-core rate and
+the SM waves the tiles fill, the tiles' operand reads over L2 bandwidth, and the bytes over memory
+bandwidth, blended with the family's floor (its fastest measured call). :mod:`.cost_model` corrects it
+with what tuned neighbours measured; the constants live in :mod:`.model_constants`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
+from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
+from .box_rounding import boxed_reduction
+from .model_constants import (
+    CUDA_CORE_FLOPS,
+    DEFAULT_SMS,
+    FLOOR_BLEND_POWER,
+    L2_BW,
+    MAX_SPLIT,
+    MEM_BW,
+    ONE_CTA_EFFICIENCY,
+    PEAK_FLOPS,
+    POINTER_GEMMS,
+    TAPS_IN_COLUMNS,
+    UNALIGNED_FACTOR,
+)
+from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
+from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
+
+__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms"]
+
+
+def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of the implicit GEMM a pass runs per group (bwd data: per stride phase;
+    ``two_stage`` and ``padx`` bwd weight fold the taps into N)."""
+    p = params
+    taps, phases = math.prod(p.filter), math.prod(p.stride)
+    if op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C, K = K*taps hit per phase
+        return p.G * phases, max(1, p.N * math.prod(p.input) // phases), p.C, max(1, p.K * taps // phases)
+    if algorithm in TAPS_IN_COLUMNS:
+        return p.G, p.K, p.C * taps, p.N * math.prod(p.output)
+    return p.G * taps, p.K, p.C, p.N * math.prod(p.output)
+
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _compute_type(dtype: str) -> str:
+    return {"fp32_tf32": "tf32", "fp16_fp8": "fp8", "bf16_fp32w": "bf16"}.get(dtype, dtype)
+
+
+def _elem_bytes(dtype: str) -> int:
+    return 4 if dtype.startswith("fp32") else 2
+
+
+def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
+             sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
+    """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
+    the waves the tiles fill, the fewest bytes over memory bandwidth, the algorithm's host floor)."""
+    sms = sms or DEFAULT_SMS
+    rbytes = 4 if dtype == "bf16_fp32w" else None
+    mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
+    if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
+        padded, fill = blockdiag_dgrad_work(params, algorithm, cfg, sms)
+        compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+    elif ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
+        batch, m, n, k = gemm_shape(op, params, algorithm)
+        bn = int(cfg["block_n"])
+        if "block_h" in cfg:  # tma dgrad: block_h x block_w patches of each phase's (h, w) plane
+            bh, bw = int(cfg["block_h"]), int(cfg["block_w"])
+            bm = bh * bw
+            in_d, in_h, in_w = (1, 1, *params.input)[-3:]
+            s_d, s_h, s_w = (1, 1, *params.stride)[-3:]
+            patches = (params.N * _cdiv(in_d, s_d) * _cdiv(_cdiv(in_h, s_h), bh)
+                       * _cdiv(_cdiv(in_w, s_w), bw))
+            tiles = batch * patches * -(-n // bn)
+        else:
+            bm = int(cfg["block_m"])
+            if op == "conv_bwd_data" and algorithm == "cfirst":  # tiles stay inside one image
+                m = params.N * _cdiv(math.prod(params.input), bm) * bm
+            tiles = batch * -(-m // bm) * -(-n // bn)
+            if op == "conv_bwd_weight":  # the box-walking families reduce over padded positions
+                k = boxed_reduction(params, algorithm, cfg, k)
+        split = int(cfg.get("split_k", 1) or 0)
+        stream = cfg.get("schedule") == "stream"  # equal step shares on every SM, atomic adds of partial tiles
+        pointwise = op == "conv_bwd_weight" and algorithm == "pointwise"  # its own split rule, whole boxes
+        k, split, serial_s = pointwise_work(params, cfg, sms) if pointwise else (k, split, 0.0)
+        if stream:
+            split = 1
+        elif op == "conv_bwd_weight" and algorithm == "rowstack":  # its own wave-aware split rule
+            split = rowstack_split(params, dict(cfg), sms)
+        elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
+            split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
+        programs = tiles * split
+        fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
+        if not stream and programs <= sms:  # one CTA an SM: below its share of the peak
+            fill *= ONE_CTA_EFFICIENCY
+        padded = 2.0 * tiles * bm * bn * k
+        compute_s = padded * dgrad_channel_padding(op, params, cfg) / (
+            PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
+        if op == "conv_bwd_weight" and params.G == 1:
+            compute_s = max(compute_s, tiles * (bm + bn) * k * _elem_bytes(dtype) / L2_BW)
+        mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
+        if stream:  # zeroed fp32 workspace read back once, a partial tile added per share boundary
+            mem_s += 4 * (2 * params.numel("weight") + (tiles + sms) * bm * bn) / MEM_BW
+        if split > 1:  # fp32 partial slices written and read back once
+            mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
+        if algorithm == "rowstack" and cfg.get("dy_read") == "packed":  # a pass before the GEMM: grad_out copied
+            copy_s = 2 * params.G * params.K * k * _elem_bytes(dtype) / MEM_BW
+            mem_s += copy_s
+            compute_s += copy_s
+        if algorithm == "padx":  # the padded input copy, a pass before the GEMM: written once, read back
+            copy_s = 2 * params.N * math.prod(params.reached_input) * params.G * params.C * _elem_bytes(dtype) / MEM_BW
+            mem_s, compute_s = mem_s + copy_s, compute_s + copy_s
+        if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
+            compute_s *= UNALIGNED_FACTOR
+            mem_s *= UNALIGNED_FACTOR
+    elif algorithm == "relayout":  # channels-last copies of input and grad_out, then a tensor-core GEMM
+        act = params.N * params.G * (params.C * math.prod(params.input) + params.K * math.prod(params.output))
+        mem_s += 2 * act * _elem_bytes(dtype) / MEM_BW
+        compute_s = params.flops() / PEAK_FLOPS.get(_compute_type(dtype), 350e12)
+    elif op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg:
+        pipe_s = 0.0
+        if algorithm == "bdrow":
+            padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
+        else:
+            padded, fill, split, pipe_s = bdwin_work(params, cfg, sms, _elem_bytes(dtype))
+        compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)
+        if split > 1:  # fp32 partial slices written and read back once
+            mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
+    else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
+        walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
+        compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
+    work_ms, q = 1e3 * max(compute_s, mem_s), FLOOR_BLEND_POWER  # near the floor, work still shows
+    return max((work_ms ** q + host_floor_ms ** q) ** (1 / q), 1e-4)
+
+
+def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float:
+    """bwd-data tiles reduce each tap's K in block_k chunks: K = 32 under 64 doubles the steps."""
+    bk = int(cfg.get("block_k", 0)) if op == "conv_bwd_data" else 0
+    return -(-params.K // bk) * bk / params.K if bk else 1.0
+
+
+def _unaligned_groups(params: Any) -> bool:
+    """A grouped layer whose channel counts Triton sees without a divisor of 16 (it specializes
+    integer arguments on divisibility by 16 only): the pointer GEMMs' channel loads fall to one
+    element."""
+    return params.G > 1 and any(v % 16 for v in (params.C, params.K, params.G * params.C, params.G * params.K))
