@@ -30,6 +30,11 @@ HOST_COST_MS = {("conv_bwd_data", "tma"): 0.03, ("conv_bwd_data", "pointwise"): 
 # the one-launch families measured (bwd-data igemm: ~0.0125 ms); the H100's measured floors of 2
 # and 3 launches (0.020, 0.023-0.027) fit EXTRA_LAUNCH = 0.6. bdrow (kernel + reduce) is listed since
 # session 13: measured only on layers of 0.023 ms and more, its floor of 0.030 hid its tile model.
+# The block-diagonal dgrad families (one launch each) since session 29: floors 0.016-0.020 from their
+# smallest layers. `db evaluate --hide layer`: H100 0.947 -> 0.949 (grouped dgrad 0.925 -> 0.945), H200
+# 0.927 -> 0.928. Listing direct (one launch) and dwtaps / dwroll (table + kernel) too lowered depthwise
+# dgrad (H100 0.938 -> 0.931-0.932, a 0.26 case) and moved Conformer's held-out 1D depthwise default off
+# its measured tuned best.
 # The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
 # session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
 # Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
@@ -44,7 +49,9 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
             ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
-            ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3}
+            ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3,
+            ("conv_bwd_data", "blockdiag"): 1, ("conv_bwd_data", "bdtap"): 1,
+            ("conv_bwd_data", "bdroll"): 1}
 EXTRA_LAUNCH = 0.6
 
 # A family's floor (its fastest measured call) and the work of the call blend as (work^q + floor^q)^(1/q)
@@ -52,7 +59,9 @@ EXTRA_LAUNCH = 0.6
 # layer's channels (the held-out RegNetY G37 C24 dgrad: igemm 128x128, 0.023 ms, vs blockdiag 128x32, 0.016;
 # DenseNet's K32 growth layer: 128x256, 0.028 ms, vs 64x128, 0.0124). Session 29, `db evaluate --hide
 # layer` with q = max / 6 / 4 / 3 / 2: H100 0.942 / 0.945 / 0.946 / 0.947 / 0.948, H200 0.926 / 0.927 /
-# 0.928 / 0.927 / 0.923; below 0.5x at q = 3: 8 -> 6 (H100), 13 -> 12 (H200).
+# 0.928 / 0.927 / 0.923; below 0.5x at q = 3: 8 -> 6 (H100), 13 -> 12 (H200). The neighbours'
+# corrections keep max(work, floor): blending there too (q = 3) scored H100 0.941 (10 below 0.5x: picks
+# of kernels the problem's rows never timed), H200 0.931 (11).
 FLOOR_BLEND_POWER = 3.0
 
 # A GEMM grid of at most one program per SM runs each SM below its share of the peak: one CTA cannot

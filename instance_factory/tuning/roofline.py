@@ -31,7 +31,7 @@ from .model_constants import (
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
-__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms"]
+__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms", "with_floor"]
 
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
@@ -137,8 +137,13 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
         walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
-    work_ms, q = 1e3 * max(compute_s, mem_s), FLOOR_BLEND_POWER  # near the floor, work still shows
-    return max((work_ms ** q + host_floor_ms ** q) ** (1 / q), 1e-4)
+    return with_floor(1e3 * max(compute_s, mem_s), host_floor_ms)
+
+
+def with_floor(work_ms: float, floor_ms: float) -> float:
+    """A call's work blended with its family's floor (``FLOOR_BLEND_POWER``): near the floor, work still shows."""
+    q = FLOOR_BLEND_POWER
+    return max((work_ms ** q + floor_ms ** q) ** (1 / q), 1e-4)
 
 
 def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float:
