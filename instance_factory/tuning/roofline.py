@@ -46,7 +46,6 @@ def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int
     return p.G * taps, p.K, p.C, p.N * math.prod(p.output)
 
 
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -62,7 +61,8 @@ def _elem_bytes(dtype: str) -> int:
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
              sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
-    the waves the tiles fill, the fewest bytes over memory bandwidth, the algorithm's host floor)."""
+    the waves the tiles fill, the fewest bytes over memory bandwidth), blended with the algorithm's
+    host floor (:func:`with_floor`)."""
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
