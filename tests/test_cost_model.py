@@ -65,9 +65,9 @@ def test_dgrad_charges_the_channel_blocks_of_each_tap():
     wide = ConvParams(2, 1, 128, 64, 512, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
     k64 = {"block_m": 128, "block_n": 128, "block_k": 64, "split_k": 1}
     k32 = dict(k64, block_k=32)
-    assert C.dgrad_channel_padding("conv_bwd_data", growth, k64) == 2.0
-    assert C.dgrad_channel_padding("conv_bwd_data", growth, k32) == 1.0
-    assert C.dgrad_channel_padding("conv_bwd_weight", growth, k64) == 1.0
+    assert R.dgrad_channel_padding("conv_bwd_data", growth, k64) == 2.0
+    assert R.dgrad_channel_padding("conv_bwd_data", growth, k32) == 1.0
+    assert R.dgrad_channel_padding("conv_bwd_weight", growth, k64) == 1.0
     t = {name: C.model_ms("conv_bwd_data", p, "bf16", "igemm", cfg)
          for name, p, cfg in (("g64", growth, k64), ("g32", growth, k32), ("w64", wide, k64))}
     assert t["g64"] == pytest.approx(t["w64"], rel=0.05) and t["g64"] > 1.8 * t["g32"]

@@ -63,13 +63,13 @@ def _pointwise_reduce(row: dict[str, str]) -> str:
     return "one_slab" if pointwise.reduce_shape(tiles, split, cfg.block_m, cfg.block_n, sms)[1] == 1 else "block"
 
 
-ONLY = {
-    "pointwise_reduce_none": lambda row: _pointwise_reduce(row) == "none",
-    "pointwise_reduce_one_slab": lambda row: _pointwise_reduce(row) == "one_slab",
-    "pointwise_reduce_block": lambda row: _pointwise_reduce(row) == "block",
+POINTWISE_REDUCE = {"pointwise_reduce_none": "none", "pointwise_reduce_one_slab": "one_slab",
+                    "pointwise_reduce_block": "block"}
+OTHER_CHECKS = {
     "relayout": lambda row: row["algorithm"] == "relayout",
     "relayout_without_pointwise": lambda row: row["algorithm"] == "relayout" and not _is_1x1_pad0(row),
 }
+ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
 
 def _is_1x1_pad0(row: dict[str, str]) -> bool:
@@ -80,8 +80,10 @@ def _is_1x1_pad0(row: dict[str, str]) -> bool:
 
 
 def _any_of(names: str):
-    checks = [ONLY[n] for n in names.split(",")]
-    return lambda row: any(c(row) for c in checks)
+    """One check accepting a row that any of ``names`` accepts (a pointwise row's plan computed once)."""
+    kinds = {POINTWISE_REDUCE[n] for n in names.split(",") if n in POINTWISE_REDUCE}
+    others = [OTHER_CHECKS[n] for n in names.split(",") if n in OTHER_CHECKS]
+    return lambda row: any(c(row) for c in others) or (bool(kinds) and _pointwise_reduce(row) in kinds)
 
 
 def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
@@ -139,7 +141,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "dump":
         dump(sys.argv[2])
     elif (len(sys.argv) >= 7 and sys.argv[1] == "apply" and sys.argv[4] == "--only"
-          and set(sys.argv[5].split(",")) <= ONLY.keys()):
+          and set(sys.argv[5].split(",")) <= ONLY):
         apply(sys.argv[2], sys.argv[3], sys.argv[6:], only=sys.argv[5])
     elif len(sys.argv) >= 5 and sys.argv[1] == "apply" and sys.argv[4] != "--only":
         apply(sys.argv[2], sys.argv[3], sys.argv[4:])

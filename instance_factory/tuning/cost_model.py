@@ -53,10 +53,10 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .roofline import dgrad_channel_padding, gemm_shape, model_ms
+from .roofline import gemm_shape, model_ms
 
-__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "dgrad_channel_padding",
-           "features", "gemm_shape", "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
+__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
+           "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
 
 def conv_class(params: Any) -> str:
     """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""

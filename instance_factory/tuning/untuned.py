@@ -89,7 +89,7 @@ def compare(problems: Sequence[Problem], rows: Any, *, device: Any = None, measu
             rec["default_ms"] = rec["default_ms"] or m["ms"]
             rec["cudnn_ms"] = rec["cudnn_ms"] or m["cudnn_ms"]
             rec["rel_err"], rec["verified"] = m["rel_err"], m["verified"]
-        if measure_missing and _ratio(rec) is not None and _ratio(rec) < RETIME_BELOW:
+        if measure_missing and (ratio := _ratio(rec)) is not None and ratio < RETIME_BELOW:
             _retime(rec, pr, inst, device)
         if rec["tuned_ms"] is not None and rec["default_ms"]:
             rec["tuned_ms"] = min(rec["tuned_ms"], rec["default_ms"])  # the default is a candidate too
