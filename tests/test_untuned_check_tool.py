@@ -85,3 +85,15 @@ def test_a_default_far_below_the_tuned_best_is_timed_again(monkeypatch):
     calls.clear()
     rec, = untuned.compare([pr], rows(0.06), defaults={pr.key: default})
     assert calls == [] and "default_first_ms" not in rec and abs(rec["ratio"] - 0.04 / 0.06) < 1e-9
+
+    # the tool's own records (from its sweep rows) go through the same guard after the sweep
+    calls.clear()
+    from instance_factory.tuning.schema import split_problem_key
+
+    recs = tool._records([pr], {pr.key: default}, rows(0.25), split_problem_key)
+    assert untuned.retime_outliers(recs, [pr], {pr.key: default}) == 1
+    assert calls == [default.name, best.name] and recs[0]["default_first_ms"] == 0.25
+    assert (recs[0]["default_ms"], recs[0]["tuned_ms"]) == (0.05, 0.03) and abs(recs[0]["ratio"] - 0.6) < 1e-9
+    calls.clear()
+    recs = tool._records([pr], {pr.key: default}, rows(0.06), split_problem_key)
+    assert untuned.retime_outliers(recs, [pr], {pr.key: default}) == 0 and calls == []

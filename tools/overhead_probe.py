@@ -45,38 +45,54 @@ def _k45(a, b, c, d, e, f, g, h, i0, i1, i2, i3, i4, i5, i6, i7, i8, i9, j0, j1,
     pass
 
 
-def per_call_us(fn, n: int = 2000) -> float:
+def per_call_us(fn, n: int = 2000, rounds: int = 5) -> float:
+    """Median over ``rounds`` of the mean us per call of ``n`` back-to-back calls (one round is easily
+    disturbed by clocks or another process)."""
     for _ in range(100):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / n * 1e6)
+    return sorted(times)[len(times) // 2]
 
 
 def host_part(rows: list) -> None:
     p = ConvParams(2, 1, 1, 16, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
-    t = make_problem_tensors("conv_bwd_data", p, LAYOUT, "fp16", 0, "cuda")
-    inst = inf.lookup("conv_bwd_data", p, layout=LAYOUT, dtype=torch.float16)
-    _, args = prepare("conv_bwd_data", t["a"], t["b"], p, layout=LAYOUT, instance=inst)
-    runner = inst.alg.bind(args)
     x = torch.empty(16, device="cuda")
     ints = list(range(37))
-    stages = {
-        "lookup hit": lambda: inf.lookup("conv_bwd_data", p, layout=LAYOUT, dtype=torch.float16),
-        "prepare(instance=inst)": lambda: prepare("conv_bwd_data", t["a"], t["b"], p, layout=LAYOUT,
-                                                  instance=inst),
-        "launch: bind + run (no cache)": lambda: inst.alg.launch(args),
-        "launch: cached runner": lambda: runner(args.a, args.b, args.out, args.ds, 1.0, 1.0),
-        "conv_bwd_data(instance=None)": lambda: inf.conv_bwd_data(t["a"], t["b"], p, layout=LAYOUT),
-        "conv_bwd_data(instance=inst)": lambda: inf.conv_bwd_data(t["a"], t["b"], p, layout=LAYOUT,
-                                                                   instance=inst),
+    stages = {}
+    for op, fn in (("conv_bwd_data", inf.conv_bwd_data), ("conv_bwd_weight", inf.conv_bwd_weight)):
+        t = make_problem_tensors(op, p, LAYOUT, "fp16", 0, "cuda")
+        inst = inf.lookup(op, p, layout=LAYOUT, dtype=torch.float16)
+        _, args = prepare(op, t["a"], t["b"], p, layout=LAYOUT, instance=inst)
+        runner = inst.alg.bind(args)
+        short = op[len("conv_"):]
+        rows.append({"stage": f"{short}: served instance", "instance": inst.name})
+        stages.update({
+            f"{short}: lookup hit": lambda op=op: inf.lookup(op, p, layout=LAYOUT, dtype=torch.float16),
+            f"{short}: prepare(instance=inst)": lambda op=op, t=t, inst=inst: prepare(
+                op, t["a"], t["b"], p, layout=LAYOUT, instance=inst),
+            f"{short}: launch, bind + run (no cache)": lambda inst=inst, args=args: inst.alg.launch(args),
+            f"{short}: launch, cached runner": lambda r=runner, a=args: r(a.a, a.b, a.out, a.ds, 1.0, 1.0),
+            f"{short}: public call, instance=None": lambda fn=fn, t=t: fn(t["a"], t["b"], p, layout=LAYOUT),
+            f"{short}: public call, instance=inst": lambda fn=fn, t=t, inst=inst: fn(t["a"], t["b"], p,
+                                                                                    layout=LAYOUT, instance=inst),
+        })
+        # the runner's GPU time alone (a CUDA graph has no host cost): tells a host-bound loop from a kernel
+        run = lambda r=runner, a=args: r(a.a, a.b, a.out, a.ds, 1.0, 1.0)  # noqa: E731
+        with torch.cuda.stream(torch.cuda.Stream()):
+            us = triton.testing.do_bench_cudagraph(run, rep=100, return_mode="median") * 1e3
+        rows.append({"stage": f"{short}: served instance's kernels in a CUDA graph", "us_per_call": us})
+    stages.update({
         "triton launch, 3 args": lambda: _k3[(1,)](x, x, 5),
         "triton launch, 45 args": lambda: _k45[(1,)](x, x, x, x, x, x, x, x, *ints),
         "torch.empty": lambda: torch.empty((1, 8, 8, 1, 16), dtype=torch.float16, device="cuda"),
-    }
+    })
     # a CompiledKernel launched directly (what a cached bound launch would cost)
     try:
         ck = _k45[(1,)](x, x, x, x, x, x, x, x, *ints)
@@ -93,8 +109,14 @@ def host_part(rows: list) -> None:
     w = torch.randn(16, 16, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
     dy = torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
     xx = torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
-    stages["cuDNN aten.convolution_backward"] = lambda: torch.ops.aten.convolution_backward(
-        dy, xx, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False])
+    for short, mask in (("bwd_data", [True, False, False]), ("bwd_weight", [False, True, False])):
+        cudnn = lambda m=mask: torch.ops.aten.convolution_backward(  # noqa: E731
+            dy, xx, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, m)
+        stages[f"{short}: cuDNN aten.convolution_backward"] = cudnn
+        cudnn()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            us = triton.testing.do_bench_cudagraph(cudnn, rep=100, return_mode="median") * 1e3
+        rows.append({"stage": f"{short}: cuDNN's kernels in a CUDA graph", "us_per_call": us})
     for name, fn in stages.items():
         try:
             us = per_call_us(fn)
@@ -163,7 +185,9 @@ def main() -> int:
     print(json.dumps(meta))
     for r in rows:
         if "stage" in r:
-            print(f"  host {r['stage']:42s} " + (f"{r['us_per_call']:8.2f} us" if "us_per_call" in r else r["error"]))
+            value = (f"{r['us_per_call']:8.2f} us" if "us_per_call" in r
+                     else r.get("instance") or r.get("error"))
+            print(f"  host {r['stage']:52s} {value}")
         else:
             print(f"  {r['problem']:24s} {r['op'][5:]:12s} {r['instance'][:60]:60s} "
                   + (f"do_bench {r['do_bench_ms'] * 1e3:8.1f} us  graph {r['cudagraph_ms'] * 1e3:8.1f} us"

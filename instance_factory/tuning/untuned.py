@@ -17,7 +17,8 @@ from typing import Any
 from .cost_model import conv_class
 from .problem_sets import Problem
 
-__all__ = ["compare", "default_choice", "measure", "ratio_summary", "untuned_table"]
+__all__ = ["RETIME_BELOW", "compare", "default_choice", "measure", "ratio_summary", "retime", "retime_outliers",
+           "untuned_table"]
 
 
 def default_choice(problem: Problem, device: Any = None) -> Any:
@@ -90,7 +91,7 @@ def compare(problems: Sequence[Problem], rows: Any, *, device: Any = None, measu
             rec["cudnn_ms"] = rec["cudnn_ms"] or m["cudnn_ms"]
             rec["rel_err"], rec["verified"] = m["rel_err"], m["verified"]
         if measure_missing and (ratio := _ratio(rec)) is not None and ratio < RETIME_BELOW:
-            _retime(rec, pr, inst, device)
+            retime(rec, pr, inst, device)
         if rec["tuned_ms"] is not None and rec["default_ms"]:
             rec["tuned_ms"] = min(rec["tuned_ms"], rec["default_ms"])  # the default is a candidate too
         rec["ratio"] = _ratio(rec)
@@ -109,7 +110,7 @@ def _ratio(rec: Mapping[str, Any]) -> float | None:
     return rec["tuned_ms"] / rec["default_ms"] if rec["tuned_ms"] and rec["default_ms"] else None
 
 
-def _retime(rec: dict, pr: Problem, inst: Any, device: Any) -> None:
+def retime(rec: dict, pr: Problem, inst: Any, device: Any) -> None:
     """Time the default and the tuned best once more (the first timings stay in ``*_first_ms``)."""
     from ..registry import get_registry
 
@@ -121,6 +122,24 @@ def _retime(rec: dict, pr: Problem, inst: Any, device: Any) -> None:
         except KeyError:  # a row of an instance the registry no longer has: its timing stands
             return
         rec["tuned_ms"] = min(rec["tuned_ms"], measure(pr, tuned, device=device, cudnn=False, verify=False)["ms"])
+
+
+def retime_outliers(records: Sequence[dict], problems: Sequence[Problem], defaults: Mapping[str, Any],
+                    device: Any = None) -> int:
+    """:func:`retime` every record whose default ran below :data:`RETIME_BELOW` of its tuned best, after
+    a sweep (whose compile pool shared the CPU with the timer), then refresh ``tuned_ms`` (the default
+    is a candidate too) and ``ratio``. Returns how many were timed again."""
+    by_key = {pr.key: pr for pr in problems}
+    done = 0
+    for rec in records:
+        ratio = _ratio(rec)
+        if ratio is None or ratio >= RETIME_BELOW or rec["key"] not in by_key:
+            continue
+        retime(rec, by_key[rec["key"]], defaults[rec["key"]], device)
+        rec["tuned_ms"] = min(rec["tuned_ms"], rec["default_ms"])
+        rec["ratio"] = _ratio(rec)
+        done += 1
+    return done
 
 
 def _num(v: Any) -> float | None:
