@@ -309,9 +309,10 @@ def test_a_grid_of_one_program_an_sm_runs_below_the_peak(monkeypatch):
     assert got[R.ONE_CTA_EFFICIENCY][1] == got[1.0][1]  # 1024 tiles: several programs an SM
 
 
-def test_a_disturbed_prune_counts_with_its_sibling_dtypes_timing():
+def test_a_disturbed_row_counts_with_its_sibling_dtypes_timing():
     """A pruned row is one run; when the same kernel's full timing on the fp16/bf16 sibling problem is
-    over PRUNE_SIBLING_FACTOR x faster, that run was disturbed and the sibling's times stand for it."""
+    over DISTURBED_SIBLING_FACTOR x faster, that run was disturbed and the sibling's times stand for it.
+    The same for a fully timed (ok) row: the faster twin stands, the slower is repaired."""
     p = ConvParams(2, 1, 128, 32, 192, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0))
 
     def row(dt, status, ms, bm=64, device="H100"):
@@ -322,11 +323,16 @@ def test_a_disturbed_prune_counts_with_its_sibling_dtypes_timing():
 
     timed, disturbed = row("bf16", "ok", 0.0236), row("fp16", "pruned", 0.7333)
     honest = row("fp16", "pruned", 0.04, bm=128)  # no sibling timing: kept
-    fixed = C.repair_prunes([timed, disturbed, honest])
+    fixed = C.repair_disturbed([timed, disturbed, honest])
     assert fixed[1]["median_ms"] == 0.0236 and fixed[1]["status"] == "pruned" and fixed[2] is honest
     slow = row("fp16", "pruned", 0.03)
-    assert C.repair_prunes([timed, slow])[1] is slow  # within the factor: a real (slow) single run
-    assert C.repair_prunes([row("bf16", "ok", 0.0236, device="H200"), disturbed])[1] is disturbed
+    assert C.repair_disturbed([timed, slow])[1] is slow  # within the factor: a real (slow) single run
+    assert C.repair_disturbed([row("bf16", "ok", 0.0236, device="H200"), disturbed])[1] is disturbed
+    slow_ok = row("fp16", "ok", 0.123)  # a whole timing disturbed (session 30: 30 reps where its twin had 472)
+    fixed = C.repair_disturbed([timed, slow_ok])
+    assert fixed[0] is timed and fixed[1]["median_ms"] == 0.0236 and fixed[1]["status"] == "ok"
+    near_ok = row("fp16", "ok", 0.04)
+    assert C.repair_disturbed([timed, near_ok])[1] is near_ok  # within the factor: a real difference
     # as evidence: the fp16 problem (timed on another kernel) no longer sees m64 as 30x slow
     ev = C.Evidence.from_rows([timed, disturbed, row("fp16", "ok", 0.025, bm=128)])
     fp16 = next(t for t in ev.problems if t.dtype == "fp16")

@@ -34,6 +34,7 @@ from .model_constants import (
     DEFAULT_SMS,
     DEVICE_PENALTY,
     DISTANCE_PENALTY,
+    DISTURBED_SIBLING_FACTOR,
     DTYPE_PENALTY,
     EXTRA_LAUNCH,
     FAILED_FACTOR,
@@ -46,7 +47,6 @@ from .model_constants import (
     NEAREST_PROBLEMS,
     NEIGHBORS_PER_KERNEL,
     NOISY_SPREAD,
-    PRUNE_SIBLING_FACTOR,
     SIBLING_DTYPES,
     TAPS_IN_COLUMNS,
     UNSEEN_ALGORITHM,
@@ -157,13 +157,13 @@ class Evidence:
     def from_rows(cls, rows: Iterable[Mapping[str, Any]], sms: int = DEFAULT_SMS,
                   foreign_rows: Iterable[Mapping[str, Any]] = ()) -> Evidence:
         """From database rows (any status: ``pruned`` rows count with their one timed run, see
-        :func:`repair_prunes` for a disturbed one,
+        :func:`repair_disturbed` for a disturbed one,
         ``failed``/``oom``/``compile_error`` as :data:`FAILED_FACTOR` times the problem's best).
         ``foreign_rows``: rows of other device kinds, at :data:`DEVICE_PENALTY` extra distance."""
         floors: dict[tuple[str, str], list[float]] = {}
-        problems = _tuned_problems(repair_prunes(rows), False, floors)
+        problems = _tuned_problems(repair_disturbed(rows), False, floors)
         foreign_floors: dict[tuple[str, str], list[float]] = {}
-        problems += _tuned_problems(repair_prunes(foreign_rows), True, foreign_floors)
+        problems += _tuned_problems(repair_disturbed(foreign_rows), True, foreign_floors)
         for k, v in foreign_floors.items():
             if not any(op == k[0] for op, _ in floors):
                 floors[k] = v
@@ -210,21 +210,22 @@ def kernel_ms(r: Mapping[str, Any]) -> float | None:
     return med
 
 
-def repair_prunes(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """``rows``, where a ``pruned`` row's one run took over PRUNE_SIBLING_FACTOR x the same kernel's
+def repair_disturbed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``rows``, where a ``pruned`` or ``ok`` row took over DISTURBED_SIBLING_FACTOR x the same kernel's
     timed (``ok``) run on the sibling dtype's problem (fp16 <-> bf16: one kernel, one speed) counting
-    with the sibling's times: that run was disturbed (a compile or host contention)."""
+    with the sibling's times: that run was disturbed (a compile or host contention; a disturbance only
+    ever adds time, so the faster of the two stands)."""
     rows = list(rows)
     ok = {(r.get("device"), r["problem_key"], r["instance"]): r for r in rows if r["status"] == "ok"}
     out = []
     for r in rows:
-        if r["status"] == "pruned":
+        if r["status"] in ("pruned", "ok"):
             dt = r["problem_key"].split("|")[2]
             other = {"fp16": "bf16", "bf16": "fp16"}.get(dt)
             sib = other and ok.get((r.get("device"), r["problem_key"].replace(f"|{dt}|", f"|{other}|", 1),
                                     r["instance"].replace(f"-{dt}-", f"-{other}-", 1)))
             mine, theirs = kernel_ms(r), sib and kernel_ms(sib)
-            if mine and theirs and mine > PRUNE_SIBLING_FACTOR * theirs:
+            if mine and theirs and mine > DISTURBED_SIBLING_FACTOR * theirs:
                 r = {**r, "median_ms": sib["median_ms"], "p20_ms": sib.get("p20_ms"), "p80_ms": sib.get("p80_ms")}
         out.append(r)
     return out

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank, repair_prunes
+from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank, repair_disturbed
 
 __all__ = ["HIDE_MODES", "evaluate_databases", "layer_signature", "leave_one_out", "summarize", "summary_markdown"]
 
@@ -75,7 +75,7 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
 
     if hide not in HIDE_MODES:
         raise ValueError(f"hide={hide!r}: choose one of {', '.join(HIDE_MODES)}")
-    rows = repair_prunes(rows)  # the measured times too: a disturbed prune counts as its sibling's time
+    rows = repair_disturbed(rows)  # the measured times too: a disturbed row counts as its sibling's time
     ev = Evidence.from_rows(rows, sms=sms, foreign_rows=foreign_rows)
     layers: dict[tuple, set[str]] = {}  # layer -> its problem keys (hide="layer" only)
     for q in ev.problems if hide == "layer" else ():
