@@ -223,11 +223,12 @@ def _hot_key(op: str, params: ConvParams, layout: str | LayoutTriple, dtype: tor
 
 
 def hot_runner(op: str, params: ConvParams, layout: str | LayoutTriple, dtype: torch.dtype,
-               device: torch.device) -> Runner | None:
-    """The bound runner that an ``instance=None`` call without Ds and with default arguments last used
-    for this problem (the hot cache), or None. Callers that keep it must drop it when the lookup cache
-    clears (``tuning.lookup.CLEAR_HOOKS``) and call :func:`recheck_database` before each use."""
-    hot = _HOT.get(_hot_key(op, params, layout, dtype, device, "passthrough", None, None))
+               device: torch.device, *, compute_dtype: str | None = None) -> Runner | None:
+    """The bound runner that an ``instance=None`` call without Ds and with default arguments (but
+    ``compute_dtype``) last used for this problem (the hot cache), or None. Callers that keep it must
+    drop it when the lookup cache clears (``tuning.lookup.CLEAR_HOOKS``) and call
+    :func:`recheck_database` before each use."""
+    hot = _HOT.get(_hot_key(op, params, layout, dtype, device, "passthrough", None, compute_dtype))
     return None if hot is None else hot[1]
 
 

@@ -18,6 +18,7 @@ from torch.autograd.gradcheck import GradcheckError  # noqa: E402
 import instance_factory.ops as core_ops  # noqa: E402
 import instance_factory.torch as ift  # noqa: E402
 from instance_factory.algorithms import interpreting  # noqa: E402
+from instance_factory.dtypes import resolve_dtype  # noqa: E402
 from instance_factory.reference import rel_error  # noqa: E402
 from instance_factory.torch import bridge  # noqa: E402
 
@@ -32,6 +33,22 @@ DEV = "cpu" if interpreting() else "cuda"
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 FUNCTIONAL = {1: ift.conv1d, 2: ift.conv2d, 3: ift.conv3d}
 TORCH_FUNCTIONAL = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d, 3: torch.nn.functional.conv3d}
+
+
+@pytest.fixture(autouse=True)
+def _ieee_fp32_on_the_gpu():
+    """These tests hold float32 to IEEE accuracy: on a GPU that takes PyTorch's cuDNN precision set to
+    "ieee" (its default, TF32, is covered in test_torch_precision.py)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if DEV != "cuda" or not hasattr(conv, "fp32_precision"):
+        yield
+        return
+    old = conv.fp32_precision
+    conv.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        conv.fp32_precision = old
 
 
 def _grads(fn, x, w, b, g):
@@ -375,7 +392,8 @@ def test_record_backward_problems_follows_the_backward(monkeypatch):
         real = getattr(core_ops, op)
 
         def spy(a, b, params, *, layout, _op=op, _real=real, **kw):
-            calls.append(ift.BackwardProblem(_op, params, layout, {torch.float32: "fp32"}[a.dtype]))
+            dtype = resolve_dtype(a.dtype, compute_dtype=kw.get("compute_dtype")).name
+            calls.append(ift.BackwardProblem(_op, params, layout, dtype))
             return _real(a, b, params, layout=layout, **kw)
 
         monkeypatch.setattr(core_ops, op, spy)

@@ -7,7 +7,8 @@ fake kernels give torch.compile the result's shape, dtype and strides without ru
 a compiled model traces through the backward without graph breaks.
 
 float64 tensors run the true-fp32 kernels and are cast back (gradients of fp32 accuracy): that is
-what lets ``torch.autograd.gradcheck`` check the backward in float64.
+what lets ``torch.autograd.gradcheck`` check the backward in float64. float32 CUDA tensors follow
+PyTorch's cuDNN convolution precision (:mod:`.precision`): TF32 by default, IEEE when set so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from .. import ops
 from ..problem import ConvParams
 from . import bridge
+from .precision import compute_dtype_for
 
 __all__ = ["conv_bwd_data", "conv_bwd_data_impl", "conv_bwd_weight", "conv_bwd_weight_impl", "kernel_dtype"]
 
@@ -72,12 +74,13 @@ def _repeat_call(key: tuple, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor |
 
 
 def _remember(key: tuple, op: str, params: ConvParams, layout: str, a: torch.Tensor, b: torch.Tensor,
-              ck_a: torch.Tensor, ck_b: torch.Tensor, ck_out: torch.Tensor, out: torch.Tensor) -> None:
+              ck_a: torch.Tensor, ck_b: torch.Tensor, ck_out: torch.Tensor, out: torch.Tensor,
+              compute_dtype: str | None) -> None:
     """Cache the runner of the call just made when no copy or cast was needed on either side (the CK
     tensors are the PyTorch ones, viewed), so the runner can take the PyTorch tensors directly."""
     same = (ck_a.data_ptr() == a.data_ptr() and ck_b.data_ptr() == b.data_ptr() and out.data_ptr() ==
             ck_out.data_ptr() and a.dtype == b.dtype == out.dtype == ck_out.dtype)
-    run = ops.hot_runner(op, params, layout, ck_a.dtype, ck_a.device) if same else None
+    run = ops.hot_runner(op, params, layout, ck_a.dtype, ck_a.device, compute_dtype=compute_dtype) if same else None
     if run is None:
         return
     from ..tuning import lookup  # late, like ops: a new lookup answer must reach this cache too
@@ -96,9 +99,10 @@ def conv_bwd_data_impl(grad_out: torch.Tensor, weight: torch.Tensor, input_size:
     """dL/dx in PyTorch's shape and ``channels_last`` format; ``skip`` (dL/dx of a residual branch) is
     added in the kernel's epilogue (fused op ``"add"``)."""
     key = None
+    cd = compute_dtype_for(grad_out.dtype, grad_out.device)
     if skip is None:
         key = ("data", *input_size, *weight.shape, *stride, *padding_l, *padding_r, *dilation, groups, channels_last,
-               grad_out.dtype, grad_out.device)
+               grad_out.dtype, grad_out.device, cd)
         out = _repeat_call(key, grad_out, weight)
         if out is not None:
             return out
@@ -109,13 +113,13 @@ def conv_bwd_data_impl(grad_out: torch.Tensor, weight: torch.Tensor, input_size:
     dy = bridge.activation_to_ck(_as(grad_out, dtype), groups, channels_last)
     w = bridge.weight_to_ck(_as(weight, dtype), groups, weight_cl)
     if skip is None:
-        dx = ops.conv_bwd_data(dy, w, params, layout=layout)
+        dx = ops.conv_bwd_data(dy, w, params, layout=layout, compute_dtype=cd)
     else:
         d = bridge.activation_to_ck(skip if skip.dtype == torch.float32 else _as(skip, dtype), groups, channels_last)
-        dx = ops.conv_bwd_data(dy, w, params, layout=layout, ds=(d,), op="add")
+        dx = ops.conv_bwd_data(dy, w, params, layout=layout, ds=(d,), op="add", compute_dtype=cd)
     result = bridge.in_format(_as(bridge.activation_from_ck(dx, channels_last), grad_out.dtype), channels_last)
     if key is not None:
-        _remember(key, "conv_bwd_data", params, layout, grad_out, weight, dy, w, dx, result)
+        _remember(key, "conv_bwd_data", params, layout, grad_out, weight, dy, w, dx, result, cd)
     return result
 
 
@@ -123,8 +127,9 @@ def conv_bwd_weight_impl(input: torch.Tensor, grad_out: torch.Tensor, weight_siz
                          padding_l: list[int], padding_r: list[int], dilation: list[int], groups: int,
                          channels_last: bool, weight_channels_last: bool) -> torch.Tensor:
     """dL/dW in PyTorch's ``(G*K, C, *f)`` shape, channels-last when ``weight_channels_last``."""
+    cd = compute_dtype_for(input.dtype, input.device)
     key = ("weight", *input.shape, *weight_size, *stride, *padding_l, *padding_r, *dilation, groups, channels_last,
-           weight_channels_last, input.dtype, input.device)
+           weight_channels_last, input.dtype, input.device, cd)
     out = _repeat_call(key, input, grad_out)
     if out is not None:
         return out
@@ -134,9 +139,9 @@ def conv_bwd_weight_impl(input: torch.Tensor, grad_out: torch.Tensor, weight_siz
     dtype = kernel_dtype(input.dtype)
     x = bridge.activation_to_ck(_as(input, dtype), groups, channels_last)
     dy = bridge.activation_to_ck(_as(grad_out, dtype), groups, channels_last)
-    dw = ops.conv_bwd_weight(x, dy, params, layout=layout)
+    dw = ops.conv_bwd_weight(x, dy, params, layout=layout, compute_dtype=cd)
     result = bridge.in_format(_as(bridge.weight_from_ck(dw, ck_weight_cl), input.dtype), weight_channels_last)
-    _remember(key, "conv_bwd_weight", params, layout, input, grad_out, x, dy, dw, result)
+    _remember(key, "conv_bwd_weight", params, layout, input, grad_out, x, dy, dw, result, cd)
     return result
 
 

@@ -24,6 +24,7 @@ from ..dtypes import resolve_dtype
 from ..problem import ConvParams
 from . import bridge
 from .custom_ops import kernel_dtype
+from .precision import compute_dtype_for
 
 __all__ = ["BackwardProblem", "record_backward_problems"]
 
@@ -55,7 +56,7 @@ def note(x: torch.Tensor, weight: torch.Tensor, geometry: tuple, act_channels_la
     params, layout, _ = bridge.ck_problem(tuple(x.shape), tuple(weight.shape), tuple(stride), tuple(pad_l),
                                           tuple(pad_r), tuple(dilation), groups, act_channels_last,
                                           weight_channels_last)
-    dtype = resolve_dtype(kernel_dtype(x.dtype)).name
+    dtype = resolve_dtype(kernel_dtype(x.dtype), compute_dtype=compute_dtype_for(x.dtype, x.device)).name
     ops = [op for op, need in (("conv_bwd_data", need_input_grad), ("conv_bwd_weight", need_weight_grad)) if need]
     for found in _RECORDERS:
         for op in ops:
