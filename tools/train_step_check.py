@@ -3,7 +3,8 @@
     python tools/train_step_check.py --out $OUT [--batch 64] [--models resnet50,resnext50_32x4d,mobilenet_v2]
     python tools/train_step_check.py --out /tmp/smoke --cpu-smoke      # tiny stand-ins, Triton interpreter
 
-Per model (random init with a fixed seed, random input and labels, bf16 autocast, channels-last,
+Per model (random init with a fixed seed, random input and labels, bf16 autocast (``--precision fp32``:
+float32 at PyTorch's cuDNN convolution precision, TF32 by default, for both models), channels-last,
 cudnn.benchmark on, train mode with dropout off so that every step sees the same network): the
 converted model (``instance_factory.torch.convert``) and an identical copy on cuDNN take one forward
 + backward of cross-entropy; every parameter gradient of ours is compared with cuDNN's
@@ -51,6 +52,8 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip models that would start after this")
     ap.add_argument("--workers", type=int, default=0, help="compile processes (default: cores - 1, max 15)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny stand-in models in the Triton interpreter")
+    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                    help="bf16: bf16 autocast; fp32: float32 steps at PyTorch's cuDNN precision (TF32 by default)")
     ap.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last",
                     help="model and input memory format (contiguous: PyTorch's default NCHW, served by the "
                          "channels-first instances)")
@@ -178,14 +181,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def step_times_ms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: int, iters: int) -> list[float]:
+def step_times_ms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: int, iters: int,
+                  autocast: bool = True) -> list[float]:
     for _ in range(warmup):
-        train_step(model, x, y, autocast=True)
+        train_step(model, x, y, autocast=autocast)
     times = []
     for _ in range(iters):
         _sync(x.device)
         t0 = time.perf_counter()
-        train_step(model, x, y, autocast=True)
+        train_step(model, x, y, autocast=autocast)
         _sync(x.device)
         times.append((time.perf_counter() - t0) * 1e3)
     return times
@@ -194,8 +198,9 @@ def step_times_ms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: in
 # ------------------------------------------------------------------------------------------------
 # the layers' backward problems: lookup sources and compiling ahead
 # ------------------------------------------------------------------------------------------------
-def backward_problems(model: nn.Module, x: torch.Tensor) -> list:
-    with ift.record_backward_problems() as found, torch.autocast(x.device.type, dtype=torch.bfloat16):
+def backward_problems(model: nn.Module, x: torch.Tensor, autocast: bool = True) -> list:
+    with ift.record_backward_problems() as found, torch.autocast(x.device.type, dtype=torch.bfloat16,
+                                                                 enabled=autocast):
         model(x)
     model.zero_grad(set_to_none=True)
     return found
@@ -277,16 +282,17 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
     y = torch.randint(0, classes, (ns.batch,), generator=gen).to(device)
     rec: dict = {"model": name + (" (fused residual)" if fused else ""), "batch": ns.batch, "fused_blocks": n_fused}
 
-    found = backward_problems(ours, x)
+    autocast = ns.precision == "bf16"
+    found = backward_problems(ours, x, autocast)
     rec["backward_problems"] = len(found)
     rec["lookup"] = lookup_sources(found, device)
     rec["precompile"] = pre.compile(found, timeout_s=max(30.0, DEADLINE - time.time() - 60))
 
     t0 = time.time()
-    rec["loss_ours"] = train_step(ours, x, y, autocast=True)  # the first step compiles what is not cached
+    rec["loss_ours"] = train_step(ours, x, y, autocast=autocast)  # the first step compiles what is not cached
     rec["first_step_s"] = round(time.time() - t0, 2)
     g_ours = gradients(ours)
-    rec["loss_cudnn"] = train_step(ref, x, y, autocast=True)
+    rec["loss_cudnn"] = train_step(ref, x, y, autocast=autocast)
     g_ref = gradients(ref)
     g_fp32 = fp32_reference(ref, x, y)
     errs = compare(g_ours, g_ref, g_fp32)
@@ -298,8 +304,8 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
                worst_ours_vs_fp32=max(e["ours_vs_fp32"] for e in errs),
                worst_cudnn_vs_fp32=max(e["cudnn_vs_fp32"] for e in errs))
 
-    t_ref = step_times_ms(ref, x, y, ns.warmup, ns.iters)
-    t_ours = step_times_ms(ours, x, y, ns.warmup, ns.iters)
+    t_ref = step_times_ms(ref, x, y, ns.warmup, ns.iters, autocast)
+    t_ours = step_times_ms(ours, x, y, ns.warmup, ns.iters, autocast)
     rec.update(cudnn_ms=statistics.median(t_ref), ours_ms=statistics.median(t_ours), cudnn_times_ms=t_ref,
                ours_times_ms=t_ours)
     rec["speedup"] = rec["cudnn_ms"] / rec["ours_ms"]
@@ -310,7 +316,8 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
 
 
 def markdown(records: list[dict], env: dict) -> str:
-    lines = [f"Training step (forward + backward), batch {env['batch']}, bf16 autocast, {env['memory_format']}, "
+    mode = "bf16 autocast" if env.get("precision", "bf16") == "bf16" else "float32 (cuDNN's TF32 setting)"
+    lines = [f"Training step (forward + backward), batch {env['batch']}, {mode}, {env['memory_format']}, "
              f"{env['device']}, torch {env['torch']}, Triton {env['triton']}.", "",
              "| model | params | worst grad rel. err vs cuDNN (param) | pass (<= 1e-2) | worst vs fp32: ours / cuDNN "
              "| as accurate as cuDNN | layers' lookup | cuDNN step ms | ours step ms | speedup |",
@@ -354,7 +361,7 @@ def main(ns: argparse.Namespace) -> int:
 
     env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (Triton interpreter)",
            "torch": torch.__version__, "triton": triton.__version__, "batch": ns.batch, "iters": ns.iters,
-           "warmup": ns.warmup, "seed": ns.seed, "memory_format": ns.memory_format}
+           "warmup": ns.warmup, "seed": ns.seed, "memory_format": ns.memory_format, "precision": ns.precision}
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [(m, False) for m in ns.models.split(",") if m]
