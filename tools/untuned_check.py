@@ -140,6 +140,7 @@ def host_overhead(device: str, n: int) -> list[dict]:
     lay = "NHWGC/GKYXC/NHWGK"
     p = ConvParams(2, 1, 1, 16, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
     cuda = device == "cuda"
+    rounds = 5 if cuda else 1  # the interpreter's calls take seconds: one round there
     dt = torch.float16 if cuda else torch.float32  # torch-cpu has no fp16 conv backward everywhere
     w = torch.randn(16, 16, 3, 3, device=device, dtype=dt)
     x = torch.randn(1, 16, 8, 8, device=device, dtype=dt)
@@ -155,11 +156,9 @@ def host_overhead(device: str, n: int) -> list[dict]:
         us = interleaved_us({
             "ours": lambda fn=fn, t=t: fn(t["a"], t["b"], p, layout=lay),
             "cudnn": lambda m=mask: torch.ops.aten.convolution_backward(
-                dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, m)}, n, cuda, 5 if cuda else 1)
-        ours, cudnn = us["ours"], us["cudnn"]
-        rows.append({"kind": "host", "op": op, "problem": p.key(), "instance": inst.name, "ours_us": ours,
-                     "cudnn_us": cudnn, "calls": n,
-                     "rounds": 5 if cuda else 1})
+                dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, m)}, n, cuda, rounds)
+        rows.append({"kind": "host", "op": op, "problem": p.key(), "instance": inst.name, "ours_us": us["ours"],
+                     "cudnn_us": us["cudnn"], "calls": n, "rounds": rounds})
     return rows
 
 

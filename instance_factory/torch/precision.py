@@ -1,11 +1,12 @@
 """float32 convolutions at the precision PyTorch gives its cuDNN convolutions.
 
 PyTorch runs float32 cuDNN convolutions, backward passes included, on TF32 tensor cores unless told
-otherwise (``torch.backends.cudnn.conv.fp32_precision = "tf32"`` by default since torch 2.9,
-``torch.backends.cudnn.allow_tf32 = True`` before). A converted layer does the same: float32 CUDA
-tensors run the ``fp32_tf32`` kernels while that setting says TF32, and the IEEE fp32 kernels when a
-user sets ``"ieee"`` (or ``allow_tf32 = False``). CPU tensors (the Triton interpreter) stay IEEE, as
-PyTorch's CPU convolutions do, and float64 tensors always take the IEEE fp32 kernels (gradcheck).
+otherwise (``torch.backends.cudnn.conv.fp32_precision == "tf32"`` by default in the torch versions
+that have the ``fp32_precision`` settings, ``torch.backends.cudnn.allow_tf32 == True`` in older
+ones). A converted layer does the same: float32 CUDA tensors run the ``fp32_tf32`` kernels while that
+setting says TF32, and the IEEE fp32 kernels when a user sets ``"ieee"`` (or ``allow_tf32 = False``).
+CPU tensors (the Triton interpreter) stay IEEE, as PyTorch's CPU convolutions do, and float64 tensors
+always take the IEEE fp32 kernels (gradcheck).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def cudnn_conv_tf32() -> bool:
     cudnn = torch.backends.cudnn
     conv = getattr(cudnn, "conv", None)
     conv_level = getattr(conv, "fp32_precision", None)
-    if conv_level is None:  # torch < 2.9: only the legacy flag
+    if conv_level is None:  # an older torch: only the legacy flag
         return bool(cudnn.allow_tf32)
     for level in (conv_level, getattr(cudnn, "fp32_precision", "none"), getattr(torch.backends, "fp32_precision",
                                                                                   "none")):
