@@ -140,3 +140,42 @@ def test_lookup_explain_bench_untuned_and_db_evaluate(tiers, tmp_path, capsys):
 
     assert main(["db", "evaluate", "--db", str(user / "cpu.csv")]) == 0
     assert "each hidden in turn" in capsys.readouterr().out
+
+
+def test_db_suspects_lists_disturbed_rows_and_tune_todo_times_exactly_them(tiers, tmp_path, capsys):
+    """An fp16 row over 2x its bf16 twin (same kernel) is listed with its twin's time; the todo file it
+    writes makes `tune --todo` time that one instance of that one problem, whatever the database holds."""
+    import json
+
+    from tuning_helpers import synthetic_row
+
+    from instance_factory.registry import get_registry
+    from instance_factory.tuning.database import TuningDB
+
+    bf16 = Problem("conv_bwd_data", P, LAYOUT, "bf16")
+    fp16 = Problem("conv_bwd_data", P, LAYOUT, "fp16")
+    reg = get_registry()
+    run16, _ = reg.candidates(fp16.op, fp16.params, fp16.layout, fp16.dtype, fp16.fused_op)
+    slow, fine = run16[0], run16[1]
+    twin_of = {i.name: reg.get(i.name.replace("-fp16-", "-bf16-")) for i in (slow, fine)}
+    shipped = tmp_path / "shipped.csv"
+    TuningDB(shipped).add([synthetic_row(bf16, twin_of[slow.name], 0.010), synthetic_row(fp16, slow, 0.050),
+                           synthetic_row(bf16, twin_of[fine.name], 0.020), synthetic_row(fp16, fine, 0.030)])
+    todo_file = tmp_path / "todo.json"
+    assert main(["db", "suspects", "--db", str(shipped), "--todo", str(todo_file)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 4 current rows over 2x" in out and "0.0500 ms vs 0.0100" in out and slow.name in out
+    assert json.loads(todo_file.read_text()) == {fp16.key: [slow.name]}  # 0.030 vs 0.020: within 2x
+
+    rows = tmp_path / "rows.csv"
+    rc = main(["tune", "--todo", str(todo_file), "--cpu-reps", "1", "--no-cudnn", "--db", str(rows), "--quiet",
+               "--no-summary"])
+    assert rc == 0 and "measured 1 instances" in capsys.readouterr().out
+    got = read_db(rows)
+    assert list(got["instance"]) == [slow.name] and list(got["problem_key"]) == [fp16.key]
+
+    todo_file.write_text(json.dumps({fp16.key: [twin_of[slow.name].name]}))  # a bf16 instance for an fp16 problem
+    assert main(["tune", "--todo", str(todo_file), "--db", str(rows)]) == 2
+    assert "does not serve" in capsys.readouterr().err
+    assert main(["tune", "quickstart", "--todo", str(todo_file)]) == 2
+    assert "leave out sets" in capsys.readouterr().err

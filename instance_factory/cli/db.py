@@ -4,6 +4,7 @@
     instance-factory db prune --db tuning_db/nvidia-h100-80gb-hbm3.csv.gz  # drop rows of changed kernels
     instance-factory db evaluate                                      # leave-one-out score of the miss policy
     instance-factory db evaluate --hide layer                         # ... hiding each layer at every batch size
+    instance-factory db suspects --db FILE --todo suspects.json       # rows a disturbance slowed: time again
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ _SHOWN_COLUMNS = ["problem_key", "instance", "status", "median_ms", "tflops", "c
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("db", help="show or summarize the tuning databases")
-    p.add_argument("action", choices=["summary", "show", "path", "compact", "prune", "evaluate"], nargs="?",
-                   default="summary",
+    p.add_argument("action", choices=["summary", "show", "path", "compact", "prune", "evaluate", "suspects"],
+                   nargs="?", default="summary",
                    help="compact: rewrite the user tier (or --db) with one row per result, sorted; prune: drop "
                         "the rows of the user tier (or --db) whose kernel changed or is gone; evaluate: "
-                        "leave-one-out score of the miss policy on the shipped rows (or --db)")
+                        "leave-one-out score of the miss policy on the shipped rows (or --db); suspects: the "
+                        "fp16/bf16 rows over 2x their twin's time (same kernel), to time again")
     p.add_argument("--db", help="one database file (default: this device's system and user tiers)")
     p.add_argument("--problem", help="only problem keys containing this text")
     p.add_argument("--best", action="store_true", help="show only the best row per problem")
@@ -30,6 +32,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hide", choices=["problem", "layer"], default="problem",
                    help="evaluate: hide each problem's own rows (default), or every problem of its layer (any "
                         "batch size, dtype, layout, fused op), as for a layer nobody tuned")
+    p.add_argument("--todo", help="suspects: write them here as `tune --todo` input (JSON)")
     p.add_argument("--no-foreign", action="store_true",
                    help="evaluate: without the other GPU kinds' shipped rows as evidence (run-time lookups use them)")
     p.set_defaults(func=run)
@@ -63,6 +66,8 @@ def run(ns: argparse.Namespace) -> int:
                 kept, dropped = TuningDB(path).prune_stale()
                 print(f"{path}: dropped {dropped} rows of changed or removed kernels, kept {kept}")
         return 0
+    if ns.action == "suspects":
+        return _suspects(ns, paths)
     if ns.action == "path":
         print(f"system tier  {system_db_dir()}  (this device: {system_db_path(dev.kind)})")
         print(f"user tier    {user_db_path(dev.kind)}")
@@ -105,3 +110,27 @@ def _show(ns: argparse.Namespace, dev: Any, paths: list[Any]) -> None:
                 print(f"{path}: {len(show)} rows")
                 if len(show):
                     print(show[_SHOWN_COLUMNS].to_string(index=False))
+
+
+def _suspects(ns: argparse.Namespace, paths: list[Any]) -> int:
+    """``db suspects``: the current rows (any device) that a disturbance slowed, and a todo file."""
+    from ..tuning.database import read_db, registry_kernel_hashes, valid_rows
+    from ..tuning.suspects import suspect_rows, suspects_todo, write_todo
+
+    hashes = registry_kernel_hashes()
+    found = []
+    for path in paths:
+        if not path.exists():
+            continue
+        rows = valid_rows(read_db(path), kernel_hashes=hashes, ok_only=False)
+        sus = suspect_rows(rows.to_dict("records"))
+        print(f"{path}: {len(sus)} of {len(rows)} current rows over 2x their fp16/bf16 twin's time")
+        for s in sus[:10]:  # the worst ten
+            print(f"  {s['ms']:.4f} ms vs {s['twin_ms']:.4f}  {s['status']:6s} {s['instance']}  {s['problem_key']}")
+        found += sus
+    if ns.todo:
+        todo = suspects_todo(found)
+        write_todo(todo, ns.todo)
+        print(f"wrote {sum(len(v) for v in todo.values())} runs over {len(todo)} problems to {ns.todo} "
+              "(time them on that GPU: instance-factory tune --todo FILE --db rows.csv, then merge)")
+    return 0

@@ -5,6 +5,7 @@
                                                                       # stop cleanly before a deadline
     instance-factory tune quickstart --shard 0/2 --workers 2          # shard i of n, a worker per GPU
     instance-factory tune --problem 'conv_bwd_data|NHWGC/GKYXC/NHWGK|fp16|passthrough|2d-g1-...'
+    instance-factory tune --todo suspects.json --db rows.csv         # time exactly these (db suspects --todo)
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("sets", nargs="*", help="problem set names (configs/problem_sets) or YAML paths")
     p.add_argument("--problem", action="append", help="a problem key (op|layout|dtype|fused|params) or a "
                    "ConvParams key expanded over --dtype/--pass/--layout; repeatable")
+    p.add_argument("--todo", help="a JSON file of problem key -> instance names: time exactly those, whatever "
+                   "the database holds (`instance-factory db suspects --todo FILE` writes one)")
     p.add_argument("--dtype", help="comma-separated DataType names (default: the set's, bf16,fp16)")
     p.add_argument("--pass", dest="passes", help="data, weight or data,weight (default: both)")
     p.add_argument("--layout", help="layout family or CK triple, comma-separated (default nhwgc)")
@@ -56,16 +59,30 @@ def run(ns: argparse.Namespace) -> int:
 
     workers = None if ns.workers == 0 else ns.workers  # 0: every local GPU
     groups: dict[str, list[Any]] = {}
-    probs = gather_problems(ns.sets or [], ns.problem or [], dtypes=csv_list(ns.dtype), passes=csv_list(ns.passes),
-                            layouts=csv_list(ns.layout), fused_op=ns.fused_op, groups=groups)
+    todo = None
+    if ns.todo:
+        if ns.sets or ns.problem:
+            print("tune: --todo names its own problems (leave out sets and --problem)", file=sys.stderr)
+            return 2
+        from ..tuning.suspects import read_todo
+
+        try:
+            todo = read_todo(ns.todo)
+        except ValueError as exc:
+            print(f"tune: {exc}", file=sys.stderr)
+            return 2
+    probs = gather_problems(ns.sets or [], [*(ns.problem or []), *(todo or {})], dtypes=csv_list(ns.dtype),
+                            passes=csv_list(ns.passes), layouts=csv_list(ns.layout), fused_op=ns.fused_op,
+                            groups=groups)
     if not probs:
         print("tune: name a problem set (e.g. quickstart, resnet50) or give --problem", file=sys.stderr)
         return 2
     dev = current_device()
     try:
         if ns.dask is not None:
-            if ns.shard:
-                print("tune: --shard and --dask do not combine (the cluster spreads the problems)", file=sys.stderr)
+            if ns.shard or todo:
+                print("tune: --dask takes neither --shard (the cluster spreads the problems) nor --todo",
+                      file=sys.stderr)
                 return 2
             from ..tuning.dask_sweep import dask_sweep
 
@@ -73,7 +90,7 @@ def run(ns: argparse.Namespace) -> int:
                              progress=not ns.quiet, **tune_options(ns))
         else:
             res = sweep(probs, shard=ns.shard, force=ns.force, db=ns.db, workers=workers,
-                        progress=not ns.quiet, **tune_options(ns))
+                        progress=not ns.quiet, todo=todo, **tune_options(ns))
     except FatalDeviceError as exc:
         print(f"tune: {exc}", file=sys.stderr)
         return 3

@@ -210,25 +210,33 @@ def kernel_ms(r: Mapping[str, Any]) -> float | None:
     return med
 
 
-def repair_disturbed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """``rows``, where a ``pruned`` or ``ok`` row took over DISTURBED_SIBLING_FACTOR x the same kernel's
-    timed (``ok``) run on the sibling dtype's problem (fp16 <-> bf16: one kernel, one speed) counting
-    with the sibling's times: that run was disturbed (a compile or host contention; a disturbance only
-    ever adds time, so the faster of the two stands)."""
-    rows = list(rows)
+def disturbed_twins(rows: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    """Index in ``rows`` -> the twin row that stands for it: a ``pruned`` or ``ok`` row that took over
+    DISTURBED_SIBLING_FACTOR x the same kernel's timed (``ok``) run on the sibling dtype's problem of the
+    same device (fp16 <-> bf16: one kernel, one speed). Such a run was disturbed (a compile or host
+    contention; a disturbance only ever adds time, so the faster of the two stands)."""
+    rows = rows if isinstance(rows, list) else list(rows)
     ok = {(r.get("device"), r["problem_key"], r["instance"]): r for r in rows if r["status"] == "ok"}
-    out = []
-    for r in rows:
-        if r["status"] in ("pruned", "ok"):
-            dt = r["problem_key"].split("|")[2]
-            other = {"fp16": "bf16", "bf16": "fp16"}.get(dt)
-            sib = other and ok.get((r.get("device"), r["problem_key"].replace(f"|{dt}|", f"|{other}|", 1),
-                                    r["instance"].replace(f"-{dt}-", f"-{other}-", 1)))
-            mine, theirs = kernel_ms(r), sib and kernel_ms(sib)
-            if mine and theirs and mine > DISTURBED_SIBLING_FACTOR * theirs:
-                r = {**r, "median_ms": sib["median_ms"], "p20_ms": sib.get("p20_ms"), "p80_ms": sib.get("p80_ms")}
-        out.append(r)
+    out = {}
+    for i, r in enumerate(rows):
+        if r["status"] not in ("pruned", "ok"):
+            continue
+        dt = r["problem_key"].split("|")[2]
+        other = {"fp16": "bf16", "bf16": "fp16"}.get(dt)
+        sib = other and ok.get((r.get("device"), r["problem_key"].replace(f"|{dt}|", f"|{other}|", 1),
+                                r["instance"].replace(f"-{dt}-", f"-{other}-", 1)))
+        mine, theirs = kernel_ms(r), sib and kernel_ms(sib)
+        if mine and theirs and mine > DISTURBED_SIBLING_FACTOR * theirs:
+            out[i] = sib
     return out
+
+
+def repair_disturbed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``rows``, each disturbed one (:func:`disturbed_twins`) counting with its twin's times."""
+    rows = list(rows)
+    twins = disturbed_twins(rows)
+    return [r if i not in twins else {**r, "median_ms": twins[i]["median_ms"], "p20_ms": twins[i].get("p20_ms"),
+                                      "p80_ms": twins[i].get("p80_ms")} for i, r in enumerate(rows)]
 
 
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,

@@ -29,7 +29,7 @@ from typing import Any
 from .database import TuningDB, current_device, merge_files
 from .options import TuneOptions
 from .pipeline import torch_device
-from .plan import plan_work, resolve_db
+from .plan import plan_from_todo, plan_work, resolve_db
 from .problem_sets import Problem, expand_problem_set, parse_shard, shard_split
 from .tuner import tune
 
@@ -113,12 +113,14 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
           layout: str | Sequence[str] = "nhwgc", shard: tuple[int, int] | str | None = None,
           force: bool = False, db: Any = None, *, fused_op: str = "passthrough", workers: int | None = 1,
           device: Any = None, options: TuneOptions | None = None, progress: bool = True,
-          max_minutes: float | None = None, **option_kw: Any) -> SweepResult:
+          max_minutes: float | None = None, todo: dict[str, list[str]] | None = None,
+          **option_kw: Any) -> SweepResult:
     """Tune a problem set (name, YAML path, loaded dict, or list of Problems); see the module doc.
 
     ``workers``: processes, one per GPU (None: every local GPU; 1: this process, on ``device``).
     ``max_minutes``: stop starting new work this many minutes after the call (an earlier
-    ``deadline`` option wins).
+    ``deadline`` option wins). ``todo`` (problem key -> instance names): time exactly those, whatever
+    the database holds (e.g. :mod:`.suspects`' list of disturbed rows).
     """
     t0 = time.monotonic()
     opts = TuneOptions.make(options, **option_kw).within(max_minutes)
@@ -128,7 +130,8 @@ def sweep(problem_set: Any, dtypes: Sequence[str] | None = None, passes: Sequenc
     tdev = torch_device(device)
     dinfo = current_device(tdev)
     target = resolve_db(db, dinfo)
-    plan = plan_work(problems, target, dinfo, opts, force=force)
+    plan = plan_work(problems, target, dinfo, opts, force=force) if todo is None else plan_from_todo(
+        problems, todo)
     todo = {pr.key: [i.name for i in insts] for pr, insts in plan if insts}
     res = SweepResult(problems=problems, skipped_problems=sum(1 for _, insts in plan if not insts),
                       db=str(target.path))
