@@ -179,3 +179,6 @@ def test_db_suspects_lists_disturbed_rows_and_tune_todo_times_exactly_them(tiers
     assert "does not serve" in capsys.readouterr().err
     assert main(["tune", "quickstart", "--todo", str(todo_file)]) == 2
     assert "leave out sets" in capsys.readouterr().err
+    todo_file.write_text(json.dumps({"not-a-key": [slow.name]}))
+    assert main(["tune", "--todo", str(todo_file)]) == 2
+    assert "not a problem key" in capsys.readouterr().err

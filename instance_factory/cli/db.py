@@ -119,6 +119,8 @@ def _suspects(ns: argparse.Namespace, paths: list[Any]) -> int:
 
     hashes = registry_kernel_hashes()
     found = []
+    if not any(path.exists() for path in paths):
+        print(f"db suspects: no database file at {', '.join(str(p) for p in paths)}")
     for path in paths:
         if not path.exists():
             continue

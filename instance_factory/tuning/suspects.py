@@ -61,7 +61,10 @@ def read_todo(path: str | os.PathLike) -> dict[str, list[str]]:
         raise ValueError(f"todo file {path}: expected an object of problem key -> list of instance names")
     reg = get_registry()
     for key, names in todo.items():
-        pr = Problem.from_key(key)
+        try:
+            pr = Problem.from_key(key)
+        except ValueError as exc:
+            raise ValueError(f"todo file {path}: {exc}") from None
         for name in names:
             try:
                 inst = reg.get(name)
