@@ -111,24 +111,28 @@ def _ratio(rec: Mapping[str, Any]) -> float | None:
 
 
 def retime(rec: dict, pr: Problem, inst: Any, device: Any) -> None:
-    """Time the default and the tuned best once more (the first timings stay in ``*_first_ms``)."""
+    """Time the default and the tuned best once more (the first timings stay in ``*_first_ms``), then
+    refresh ``tuned_ms`` (the default is a candidate too) and ``ratio``."""
     from ..registry import get_registry
 
     rec["default_first_ms"], rec["tuned_first_ms"] = rec["default_ms"], rec["tuned_ms"]
     rec["default_ms"] = min(rec["default_ms"], measure(pr, inst, device=device, cudnn=False, verify=False)["ms"])
+    tuned = None
     if rec["tuned"] and rec["tuned"] != inst.name:
         try:
             tuned = get_registry().get(rec["tuned"])
         except KeyError:  # a row of an instance the registry no longer has: its timing stands
-            return
+            pass
+    if tuned is not None:
         rec["tuned_ms"] = min(rec["tuned_ms"], measure(pr, tuned, device=device, cudnn=False, verify=False)["ms"])
+    rec["tuned_ms"] = min(rec["tuned_ms"], rec["default_ms"])
+    rec["ratio"] = _ratio(rec)
 
 
 def retime_outliers(records: Sequence[dict], problems: Sequence[Problem], defaults: Mapping[str, Any],
                     device: Any = None) -> int:
     """:func:`retime` every record whose default ran below :data:`RETIME_BELOW` of its tuned best, after
-    a sweep (whose compile pool shared the CPU with the timer), then refresh ``tuned_ms`` (the default
-    is a candidate too) and ``ratio``. Returns how many were timed again."""
+    a sweep (whose compile pool shared the CPU with the timer). Returns how many were timed again."""
     by_key = {pr.key: pr for pr in problems}
     done = 0
     for rec in records:
@@ -136,8 +140,6 @@ def retime_outliers(records: Sequence[dict], problems: Sequence[Problem], defaul
         if ratio is None or ratio >= RETIME_BELOW or rec["key"] not in by_key:
             continue
         retime(rec, by_key[rec["key"]], defaults[rec["key"]], device)
-        rec["tuned_ms"] = min(rec["tuned_ms"], rec["default_ms"])
-        rec["ratio"] = _ratio(rec)
         done += 1
     return done
 
