@@ -74,11 +74,20 @@ def _model() -> nn.Module:
 
 
 def _float64_grads(model: nn.Module, x: torch.Tensor, g: torch.Tensor) -> dict:
-    ref = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 8, 1, groups=2)).double()
-    ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
-    xr = x.detach().double().requires_grad_()
-    ref(xr).backward(g.double())
-    return {"x": xr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
+    """float64 gradients of the step's own forward: the ReLU mask and conv2's input come from the model's
+    forward at the current precision (TF32 on a GPU), so a pre-activation that TF32 rounds across zero
+    counts the same on both sides and only the backward's precision is measured."""
+    from torch.nn.grad import conv2d_input, conv2d_weight
+
+    conv1, conv2 = model[0], model[2]
+    with torch.no_grad():
+        h = conv1(x).double()
+    a, xd, gd = h.clamp_min(0), x.detach().double(), g.double()
+    w1, w2 = conv1.weight.detach().double(), conv2.weight.detach().double()
+    dh = conv2d_input(a.shape, w2, gd, groups=2) * (h > 0)
+    return {"x": conv2d_input(xd.shape, w1, dh, padding=1),
+            "0.weight": conv2d_weight(xd, w1.shape, dh, padding=1), "0.bias": dh.sum((0, 2, 3)),
+            "2.weight": conv2d_weight(a, w2.shape, gd, groups=2), "2.bias": gd.sum((0, 2, 3))}
 
 
 @needs_kernels
