@@ -60,6 +60,43 @@ def test_geometry(name, layout_family):
     run_case(GEOMETRY[name], layout_family)
 
 
+def S(ndim, G, N, K, C, i, s):  # noqa: N802 - a strided pointwise problem: 1x1, stride s, no padding
+    one = (1,) * ndim
+    return ConvParams(ndim, G, N, K, C, one, i, s, one, (0,) * ndim, (0,) * ndim)
+
+
+STRIDED = {
+    # 7x9 at stride 2: grad_out 4x5, grad_in's last row and column between strided ones and after
+    "2d-s2-odd": S(2, 1, 2, 40, 24, (7, 9), (2, 2)),
+    "2d-s2-even-G=3": S(2, 3, 3, 16, 32, (6, 8), (2, 2)),
+    "2d-s3x1": S(2, 1, 2, 16, 16, (8, 5), (3, 1)),
+    "1d-s2": S(1, 2, 4, 24, 16, (33,), (2,)),
+    "3d-s2": S(3, 1, 2, 16, 48, (3, 4, 5), (2, 2, 2)),
+    "3d-s1x2x2-G=2": S(3, 2, 1, 32, 16, (2, 5, 7), (1, 2, 2)),
+    "one-output-position": S(2, 1, 2, 16, 16, (1, 2), (2, 2)),
+}
+
+
+@pytest.mark.parametrize("layout_family", ["nhwgc", "gnhwc"])
+@pytest.mark.parametrize("name", list(STRIDED))
+def test_strided(name, layout_family):
+    """grad_in's strided positions from the GEMM, the ones between from the fill loop (the result is
+    poisoned with NaN first, so a position neither writes fails)."""
+    run_case(STRIDED[name], layout_family)
+
+
+@pytest.mark.parametrize("op,n_ds", [("bilinear", 1), ("add", 2), ("add_relu", 1)])
+def test_strided_fused_ops(op, n_ds):
+    """The positions no grad_out position reads get E = f(0, D...), not zero."""
+    run_case(S(2, 2, 2, 16, 16, (5, 6), (2, 2)), "nhwgc", "fp32", op=op, n_ds=n_ds, alpha=0.75, beta=-1.25)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_strided_dtypes_and_more_tiles_than_programs(dtype, monkeypatch):
+    monkeypatch.setattr(bwd_data_pointwise, "sm_count", lambda dev: 1)
+    run_case(S(2, 2, 3, 32, 48, (9, 11), (2, 2)), "nhwgc", dtype, cfg=dict(group_m=1))
+
+
 def test_programs_walk_several_tiles():
     """More tiles than persistent programs: the grid is capped at the SM count, so with 16-row
     stand-in tiles each program walks tiles of several groups and channel tiles."""
@@ -114,9 +151,11 @@ def test_declines_say_why():
     assert ALG.decline(cfg, p, nhwgc, fp16, fused) is None
     assert "unit K stride" in ALG.decline(cfg, p, layout_for("ngchw", 2), fp16, fused)
     three = ConvParams(2, 1, 1, 16, 16, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
-    assert "1x1 filter with stride 1 and no padding" in ALG.decline(cfg, three, nhwgc, fp16, fused)
+    assert "1x1 filter with no padding" in ALG.decline(cfg, three, nhwgc, fp16, fused)
+    padded = ConvParams(2, 1, 1, 16, 16, (1, 1), (6, 6), (2, 2), (1, 1), (1, 1), (0, 0))
+    assert "padding (1, 1)/(0, 0)" in ALG.decline(cfg, padded, nhwgc, fp16, fused)
     strided = ConvParams(2, 1, 1, 16, 16, (1, 1), (6, 6), (2, 2), (1, 1), (0, 0), (0, 0))
-    assert "stride (2, 2)" in ALG.decline(cfg, strided, nhwgc, fp16, fused)
+    assert ALG.decline(cfg, strided, nhwgc, fp16, fused) is None
     odd = P(2, 2, 1, 12, 6, (6, 6))
     assert "16 bytes" in ALG.decline(cfg, odd, nhwgc, fp16, fused)
     assert "no 'fp16_fp8' variant" in ALG.decline(cfg, p, nhwgc, DATA_TYPES["fp16_fp8"], fused)

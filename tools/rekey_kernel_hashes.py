@@ -20,6 +20,7 @@ H0's code, where the full rows fill the GPU), so:
     apply h0.json h2.json --only pointwise_reduce_one_slab FILES      # H0's loop is H2's one-slab loop
     apply h1.json h2.json --only pointwise_reduce_none,pointwise_reduce_block,relayout FILES
     apply h0.json h2.json --only relayout_without_pointwise FILES     # the rows not re-timed
+    apply s30.json s31.json --only dgrad_pointwise_stride1 FILES      # session 31: strided bwd-data pointwise
     instance-factory db compact --db FILE                              # one row per identity again
 """
 
@@ -68,6 +69,10 @@ POINTWISE_REDUCE = {"pointwise_reduce_none": "none", "pointwise_reduce_one_slab"
 OTHER_CHECKS = {
     "relayout": lambda row: row["algorithm"] == "relayout",
     "relayout_without_pointwise": lambda row: row["algorithm"] == "relayout" and not _is_1x1_pad0(row),
+    # session 31: bwd-data pointwise took strided 1x1 layers behind a STRIDED constexpr. Every row before
+    # ran it on a stride-1 problem, whose compile drops the new code; relayout's strided rows never
+    # launched it (it declined them)
+    "dgrad_pointwise_stride1": lambda row: row["op"] == "conv_bwd_data" and row["algorithm"] in ("pointwise", "relayout"),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 

@@ -1,4 +1,4 @@
-"""conv_bwd_data (dL/dIn) of a pointwise layer (1x1(x1) filter, stride 1, no padding) as a persistent
+"""conv_bwd_data (dL/dIn) of a pointwise layer (1x1(x1) filter, no padding, any stride) as a persistent
 TMA GEMM over the merged positions.
 
 Per group g, with p running over every position (n, d, h, w) of grad_out, which are grad_in's:
@@ -15,8 +15,14 @@ D tensors go through pointers once per tile.
 Persistent: one program per SM (two for the smaller tiles) walks the tiles in group-M order
 (``tl.range(..., flatten=True)`` lets the software pipeline fetch the next tile's first boxes while
 the current tile's epilogue runs), so a layer of 2-4 waves pays the pipeline fill once per program
-instead of once per tile. The rest (other filters, strides, padding, channels-first grad_out)
-declines to ``igemm`` / ``tma``.
+instead of once per tile.
+
+Strided (a ResNet downsample shortcut): grad_out's positions are still one packed run, and each maps to
+grad_in's position (n, d*sd, h*sh, w*sw), so the GEMM is the same and only the epilogue's row offsets
+change (decomposed per row). The grad_in positions no grad_out position reads (3 of 4 at stride 2x2)
+get E = f(0, D...) in a second loop of the same launch: a program whose GEMM tiles ran out starts on
+them while the others finish their last tile. The rest (other filters, padding, channels-first
+grad_out) declines to ``igemm`` / ``tma``.
 """
 
 from __future__ import annotations
@@ -64,20 +70,39 @@ def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def _dx_offsets(offs_m, Wn, Hn, Dn, xs_n, xs_d, xs_h, xs_w):
+    """grad_in offsets of merged positions over (n, d, h, w) lengths (Dn, Hn, Wn); the strides carry
+    the conv stride where the positions are grad_out's."""
+    w = offs_m % Wn
+    t = offs_m // Wn
+    h = t % Hn
+    t = t // Hn
+    return (t // Dn) * xs_n + (t % Dn) * xs_d + h * xs_h + w * xs_w
+
+
+@triton.jit
 def _bwd_data_pointwise_kernel(
     dy_desc, w_desc, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
     P, K, C,  # merged positions, channels of grad_out and grad_in per group
     xs_p, xs_g, xs_c,  # grad_in (and every D) strides, xs_p and xs_g divided by ALIGN
     tiles_m, tiles_n, num_tiles, num_programs,
+    # STRIDED only: grad_in's position count, grad_out's (Do, Ho, Wo), grad_in's (Di, Hi, Wi) and
+    # per-dim strides (divided by ALIGN), the conv strides
+    PX, Do, Ho, Wo, Di, Hi, Wi, xs_n, xs_d, xs_h, xs_w, sd, sh, sw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_INT64: tl.constexpr, ALIGN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr, STRIDED: tl.constexpr,
 ):
     pid = tl.program_id(0)
     k_tiles = tl.cdiv(K, BLOCK_K)
     xs_p = xs_p * ALIGN
     xs_g = xs_g * ALIGN
+    if STRIDED:
+        xs_n = xs_n * ALIGN
+        xs_d = xs_d * ALIGN
+        xs_h = xs_h * ALIGN
+        xs_w = xs_w * ALIGN
     # the epilogue recomputes its tile from its own counter: the flattened loop's prologue and
     # epilogue then share no value (the persistent-matmul pattern of Triton's tutorials)
     tile_e = pid - num_programs
@@ -103,10 +128,37 @@ def _bwd_data_pointwise_kernel(
             ge = ge.to(tl.int64)
             offs_m = offs_m.to(tl.int64)
             offs_n = offs_n.to(tl.int64)
-        o_offs = ge * xs_g + offs_m[:, None] * xs_p + offs_n[None, :] * xs_c
+        if STRIDED:
+            rows = _dx_offsets(offs_m, Wo, Ho, Do, xs_n, xs_d * sd, xs_h * sh, xs_w * sw)
+        else:
+            rows = offs_m * xs_p
+        o_offs = ge * xs_g + rows[:, None] + offs_n[None, :] * xs_c
         res = apply_epilogue(acc, o_offs, o_mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                              OP, NUM_DS, USER_FN)
         tl.store(out_ptr + o_offs, res.to(out_ptr.dtype.element_ty), mask=o_mask)
+
+    if STRIDED:  # grad_in positions between the strided ones: E = f(0, D...)
+        fill_m = tl.cdiv(PX, BLOCK_M)
+        for t in range(pid, (num_tiles // (tiles_m * tiles_n)) * fill_m * tiles_n, num_programs):
+            g = t // (fill_m * tiles_n)
+            r = t % (fill_m * tiles_n)
+            offs_m = (r // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_n = (r % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+            w = offs_m % Wi
+            h = (offs_m // Wi) % Hi
+            d = (offs_m // (Wi * Hi)) % Di
+            skipped = (offs_m < PX) & ((w % sw != 0) | (h % sh != 0) | (d % sd != 0))
+            f_mask = skipped[:, None] & (offs_n < C)[None, :]
+            if USE_INT64:
+                g = g.to(tl.int64)
+                offs_m = offs_m.to(tl.int64)
+                offs_n = offs_n.to(tl.int64)
+            f_offs = g * xs_g + _dx_offsets(offs_m, Wi, Hi, Di, xs_n, xs_d, xs_h, xs_w)[:, None] \
+                + offs_n[None, :] * xs_c
+            zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            res = apply_epilogue(zero, f_offs, f_mask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                                 OP, NUM_DS, USER_FN)
+            tl.store(out_ptr + f_offs, res.to(out_ptr.dtype.element_ty), mask=f_mask)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,9 +187,10 @@ def programs_per_sm(cfg: BwdDataPointwiseConfig, elem_bytes: int) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str) -> tuple | str:
-    """((dy shape, strides), (w shape, strides)) ready for TMA descriptors, the merged position count
-    and grad_in's (position, group, channel) strides; or why not. Cached: every config of a problem
-    asks (decline), then bind."""
+    """((dy shape, strides), (w shape, strides)) ready for TMA descriptors, the merged position count,
+    grad_in's (position, group, channel) strides and its per-dim (n, d, h, w) strides; or why not.
+    Strided layers need only grad_out's positions packed (grad_in's are addressed per dim; position
+    stride 0). Cached: every config of a problem asks (decline), then bind."""
     geo = ConvGeometry.build(params, layout)
     gy, ny, ky, dy_, hy, wy = geo.y_strides
     gx, nx, cx, dx, hx, wx = geo.x_strides
@@ -145,16 +198,20 @@ def _views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str)
     if ky != 1 or cw != 1:
         return (f"pointwise needs grad_out with unit K stride and a weight with unit C stride (the NHWGC / "
                 f"GNHWC families); layout {layout.name} has neither or one")
-    axes = merge_positions((geo.N, *geo.out3), (ny, dy_, hy, wy), (nx, dx, hx, wx))
+    strided = any(s > 1 for s in geo.stride3)
+    tensors = ((ny, dy_, hy, wy),) if strided else ((ny, dy_, hy, wy), (nx, dx, hx, wx))
+    axes = merge_positions((geo.N, *geo.out3), *tensors)
     if len(axes) > 1:
-        return f"pointwise needs the positions of grad_out and grad_in as one packed run; {layout.name} has {len(axes)}"
-    positions, ys_p, xs_p = axes[0] if axes else (1, geo.G * geo.K, geo.G * geo.C)
+        whose = "grad_out" if strided else "grad_out and grad_in"
+        return f"pointwise needs the positions of {whose} as one packed run; {layout.name} has {len(axes)}"
+    positions, ys_p, *xs = axes[0] if axes else (1, geo.G * geo.K, geo.G * geo.C)
+    xs_p = 0 if strided else xs[0]
     # unit box dims lead (group first): a reshape that drops them folds into the shared-memory
     # view, where a unit dim between positions and channels made Triton 3.6 feed wgmma from registers
     dy = [geo.G, positions, geo.K], [gy, ys_p, 1]
     w = [geo.G, geo.K, geo.C], [gw, kw, 1]
     ready = tma_ready((dy, w), elem, params, dtype_name)
-    return ready if isinstance(ready, str) else (*ready, positions, (xs_p, gx, cx))
+    return ready if isinstance(ready, str) else (*ready, positions, (xs_p, gx, cx), (nx, dx, hx, wx))
 
 
 def decline(cfg: BwdDataPointwiseConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
@@ -164,9 +221,9 @@ def decline(cfg: BwdDataPointwiseConfig, params: ConvParams, layout: LayoutTripl
         return "pointwise needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
     if dtype.name not in _DTYPES:
         return f"pointwise bwd data has no {dtype.name!r} variant ({dtype.label}); it supports {', '.join(_DTYPES)}"
-    if not params.is_1x1_stride1_pad0:
-        return (f"pointwise is the GEMM of a 1x1 filter with stride 1 and no padding; the problem has filter "
-                f"{params.filter}, stride {params.stride}, padding {params.left_pad}/{params.right_pad}")
+    if not params.is_1x1_pad0:
+        return (f"pointwise is the GEMM of a 1x1 filter with no padding; the problem has filter "
+                f"{params.filter}, padding {params.left_pad}/{params.right_pad}")
     views = _views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):
         return views
@@ -181,8 +238,9 @@ def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner moves the two descriptors' bases and launches."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
     require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-data pointwise", p)
-    dy_view, w_view, positions, (xs_p, xs_g, xs_c) = _views(
+    dy_view, w_view, positions, (xs_p, xs_g, xs_c), (xs_n, xs_d, xs_h, xs_w) = _views(
         p, args.layout, dt.data.itemsize, dt.name)
+    strided = any(s > 1 for s in geo.stride3)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     tiles_m, tiles_n = triton.cdiv(positions, bm), triton.cdiv(geo.C, bn)
     num_tiles = geo.G * tiles_m * tiles_n
@@ -196,10 +254,14 @@ def bind(args: RunArgs) -> Runner:
         _bwd_data_pointwise_kernel, (programs,),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         USE_INT64=geo.needs_int64, ALIGN=align, UPCAST=upcast, PRECISION=precision,
-        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
+        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn), STRIDED=strided,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    scalars = (positions, geo.K, geo.C, xs_p // align, xs_g // align, xs_c, tiles_m, tiles_n, num_tiles, programs)
+    # per-dim strides of length-1 dims may not divide by the alignment: their index is always 0
+    per_dim = [s // align if n > 1 else 0 for s, n in zip((xs_n, xs_d, xs_h, xs_w), (geo.N, *geo.in3))]
+    strided_args = (geo.N * geo.in3[0] * geo.in3[1] * geo.in3[2], *geo.out3, *geo.in3, *per_dim, *geo.stride3)
+    scalars = (positions, geo.K, geo.C, xs_p // align, xs_g // align, xs_c, tiles_m, tiles_n, num_tiles, programs,
+               *strided_args)
     dy_template = descriptor_template(args.a, dy_view, [1, bm, bk])
     w_template = descriptor_template(args.b, w_view, [1, bk, bn])
 
@@ -217,8 +279,9 @@ ALGORITHM = register_algorithm(Algorithm(
     decline=decline,
     bind=bind,
     description=(
-        "1x1 / stride-1 / pad-0 dL/dIn as a persistent TMA GEMM over the merged positions (grad_out "
-        "[G, P, K] and weight [G, K, C] boxes, zero-filled tails, no plane-edge waste); channels-last"
+        "1x1 / pad-0 dL/dIn as a persistent TMA GEMM over grad_out's merged positions (grad_out "
+        "[G, P, K] and weight [G, K, C] boxes, zero-filled tails, no plane-edge waste; strided layers "
+        "write the positions between in the same launch); channels-last"
     ),
     kernels=(_bwd_data_pointwise_kernel,),
 ))
