@@ -39,6 +39,8 @@ def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int
     ``two_stage`` and ``padx`` bwd weight fold the taps into N)."""
     p = params
     taps, phases = math.prod(p.filter), math.prod(p.stride)
+    if op == "conv_bwd_data" and algorithm == "pointwise":  # one GEMM over grad_out's positions, any stride
+        return p.G, p.N * math.prod(p.output), p.C, p.K
     if op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C, K = K*taps hit per phase
         return p.G * phases, max(1, p.N * math.prod(p.input) // phases), p.C, max(1, p.K * taps // phases)
     if algorithm in TAPS_IN_COLUMNS:
