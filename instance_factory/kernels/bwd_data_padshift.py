@@ -48,8 +48,7 @@ _MAX_TAPS = 64  # taps a phase may have (a row of the phase table)
 _HEAD = 7  # table row: ntaps, residues (d, h, w), counts (d, h, w), then (shift, tap) pairs
 _MAX_GRID = 2**31 - 1
 _MAX_GRID_Y = 65535
-# the copy pass's tile, positions x channels: 32 x 64 moved 1.4 TB/s on a 14 MB copy (latency bound)
-_COPY_P, _COPY_C, _COPY_WARPS = 64, 128, 4
+_COPY_P, _COPY_C = 32, 64  # the copy pass's tile: positions x channels
 
 
 # ------------------------------------------------------------------------------------------------
@@ -88,7 +87,7 @@ def _bwd_data_padshift_kernel(
     tiles_m, tiles_n, phases,
     ROW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, USE_INT64: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr, TAPS_P2: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     pid = tl.program_id(0)
     g = tl.program_id(1)
@@ -100,17 +99,11 @@ def _bwd_data_padshift_kernel(
     c0 = pid_n * BLOCK_N
     k_tiles = tl.cdiv(K, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # the phase's (shift, tap) pairs sit after the row's 7 head fields; they are held in registers and
-    # picked per step: a global load per step kept the pipeline from fetching ahead (14x14 stride-1
-    # layer: 0.053 ms with loads, 0.041 with registers)
-    jj = tl.arange(0, TAPS_P2)
-    shifts = tl.load(entry + 7 + 2 * jj, mask=jj < ntaps, other=0)
-    tap_ids = tl.load(entry + 8 + 2 * jj, mask=jj < ntaps, other=0)
     for i in range(0, ntaps * k_tiles):
         j = i // k_tiles
         kt = i - j * k_tiles
-        shift = tl.sum(tl.where(jj == j, shifts, 0))
-        tap = tl.sum(tl.where(jj == j, tap_ids, 0))
+        shift = tl.load(entry + 7 + 2 * j)  # after the table row's 7 head fields
+        tap = tl.load(entry + 8 + 2 * j)
         a = dy_desc.load([g, q0 + shift, kt * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)
         b = w_desc.load([g, tap, kt * BLOCK_K, c0]).reshape(BLOCK_K, BLOCK_N)
         if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
@@ -289,7 +282,7 @@ def bind(args: RunArgs) -> Runner:
     precision = "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
     gk = geo.G * geo.K
     copy = BoundKernel(_pad_copy_kernel, (triton.cdiv(pl.rows, _COPY_P), triton.cdiv(gk, _COPY_C)),
-                       BLOCK_P=_COPY_P, BLOCK_C=_COPY_C, USE_INT64=geo.needs_int64, num_warps=_COPY_WARPS)
+                       BLOCK_P=_COPY_P, BLOCK_C=_COPY_C, USE_INT64=geo.needs_int64, num_warps=4)
     ys_g, ys_n, _, ys_d, ys_h, ys_w = geo.y_strides
     copy_scalars = (pl.rows, gk, geo.K, *geo.out3, *pl.grid3, *pl.lo3, ys_g, ys_n, ys_d, ys_h, ys_w)
     kernel = BoundKernel(
@@ -297,7 +290,6 @@ def bind(args: RunArgs) -> Runner:
         ROW=len(pl.table) // pl.phases, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         USE_INT64=geo.needs_int64, UPCAST=upcast, PRECISION=precision,
         OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
-        TAPS_P2=triton.next_power_of_2(pl.max_taps),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     xs_g, xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
