@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..kernels.bwd_data_padshift import plan as padshift_plan
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
 from .box_rounding import boxed_reduction
@@ -42,10 +41,6 @@ def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int
     taps, phases = math.prod(p.filter), math.prod(p.stride)
     if op == "conv_bwd_data" and algorithm == "pointwise":  # one GEMM over grad_out's positions, any stride
         return p.G, p.N * math.prod(p.output), p.C, p.K
-    if op == "conv_bwd_data" and algorithm == "padshift":  # per phase, every row of the padded grid
-        pl = padshift_plan(p)
-        if not isinstance(pl, str):
-            return p.G * pl.phases, pl.rows, p.C, max(1, p.K * pl.tap_rows // (pl.rows * pl.phases))
     if op == "conv_bwd_data":  # M = N*prod(in) per stride phase, N = C, K = K*taps hit per phase
         return p.G * phases, max(1, p.N * math.prod(p.input) // phases), p.C, max(1, p.K * taps // phases)
     if algorithm in TAPS_IN_COLUMNS:
@@ -122,10 +117,6 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             copy_s = 2 * params.G * params.K * k * _elem_bytes(dtype) / MEM_BW
             mem_s += copy_s
             compute_s += copy_s
-        if algorithm == "padshift":  # grad_out copied into the padded grid first: read once, written once
-            pl = padshift_plan(params)
-            copy_s = (params.numel("output") + pl.rows * params.G * params.K) * _elem_bytes(dtype) / MEM_BW
-            mem_s, compute_s = mem_s + copy_s, compute_s + copy_s
         if algorithm == "padx":  # the padded input copy, a pass before the GEMM: written once, read back
             copy_s = 2 * params.N * math.prod(params.reached_input) * params.G * params.C * _elem_bytes(dtype) / MEM_BW
             mem_s, compute_s = mem_s + copy_s, compute_s + copy_s
