@@ -182,3 +182,22 @@ def test_db_suspects_lists_disturbed_rows_and_tune_todo_times_exactly_them(tiers
     todo_file.write_text(json.dumps({"not-a-key": [slow.name]}))
     assert main(["tune", "--todo", str(todo_file)]) == 2
     assert "not a problem key" in capsys.readouterr().err
+
+
+def test_suspects_list_family_outliers_once_and_need_a_family():
+    """An ok row over 4x its kernel family's median on the same problem and device is a suspect (reference:
+    that median); a family of three rows is too small to say, pruned rows and other devices do not count,
+    and a row that is also a twin suspect is listed once, as that."""
+    from instance_factory.tuning.suspects import family_outliers, suspect_rows
+
+    def row(i, ms, alg="tma", key="p1", device="H100", status="ok", dtype="bf16"):
+        return {"problem_key": f"conv_bwd_data|NHWGC/GKYXC/NHWGK|{dtype}|passthrough|{key}", "device": device,
+                "algorithm": alg, "status": status, "median_ms": ms, "instance": f"{alg}-{dtype}-c{i}"}
+
+    rows = [row(0, 0.02), row(1, 0.021), row(2, 0.019), row(3, 0.09), row(4, 0.5, status="pruned"),
+            row(5, 0.02, alg="igemm"), row(6, 0.02, alg="igemm"), row(7, 0.2, alg="igemm"),  # 3 rows: no call
+            row(8, 0.02, device="H200"), row(9, 0.02, device="H200"), row(10, 0.02, device="H200")]
+    assert family_outliers(rows) == {3: pytest.approx(0.0205)}
+    sus = suspect_rows(rows)
+    assert [(s["instance"], s["why"]) for s in sus] == [("tma-bf16-c3", "family")]
+    assert sus[0]["ms"] / sus[0]["ref_ms"] == pytest.approx(0.09 / 0.0205)

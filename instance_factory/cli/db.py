@@ -115,7 +115,7 @@ def _show(ns: argparse.Namespace, dev: Any, paths: list[Any]) -> None:
 def _suspects(ns: argparse.Namespace, paths: list[Any]) -> int:
     """``db suspects``: the current rows (any device) that a disturbance slowed, and a todo file."""
     from ..tuning.database import read_db, registry_kernel_hashes, valid_rows
-    from ..tuning.model_constants import DISTURBED_SIBLING_FACTOR
+    from ..tuning.model_constants import DISTURBED_SIBLING_FACTOR, FAMILY_OUTLIER_FACTOR
     from ..tuning.suspects import suspect_rows, suspects_todo, write_todo
 
     hashes = registry_kernel_hashes()
@@ -127,10 +127,13 @@ def _suspects(ns: argparse.Namespace, paths: list[Any]) -> int:
             continue
         rows = valid_rows(read_db(path), kernel_hashes=hashes, ok_only=False)
         sus = suspect_rows(rows.to_dict("records"))
-        print(f"{path}: {len(sus)} of {len(rows)} current rows over {DISTURBED_SIBLING_FACTOR:g}x their fp16/bf16 "
-              "twin's time")
+        twins = sum(s["why"] == "twin" for s in sus)
+        print(f"{path}: {twins} of {len(rows)} current rows over {DISTURBED_SIBLING_FACTOR:g}x their fp16/bf16 "
+              f"twin's time, {len(sus) - twins} over {FAMILY_OUTLIER_FACTOR:g}x their kernel family's median on "
+              "the problem")
         for s in sus[:10]:  # the worst ten
-            print(f"  {s['ms']:.4f} ms vs {s['twin_ms']:.4f}  {s['status']:6s} {s['instance']}  {s['problem_key']}")
+            print(f"  {s['ms']:.4f} ms vs {s['ref_ms']:.4f} ({s['why']})  {s['status']:6s} {s['instance']}  "
+                  f"{s['problem_key']}")
         found += sus
     if ns.todo:
         todo = suspects_todo(found)

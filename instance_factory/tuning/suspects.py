@@ -4,7 +4,9 @@ An fp16 row and its bf16 twin (same problem and kernel, same device) run one ker
 row over ``DISTURBED_SIBLING_FACTOR`` x its twin's time was disturbed while it was timed (the tuning
 machine's compile pool sharing the CPU, a compile inside a run). The cost model already reads such a
 row as its twin's time (:func:`.cost_model.repair_disturbed`); this module finds them so that a GPU
-session re-times them at the source::
+session re-times them at the source. An ok row over ``FAMILY_OUTLIER_FACTOR`` x the median of its kernel
+family's rows on the same problem is listed too (reference: that median): a slow config, or a disturbed
+run that has no twin to show it. Re-timing tells them apart::
 
     instance-factory db suspects --db tuning_db/nvidia-h100-80gb-hbm3.csv.gz --todo suspects.json
     instance-factory tune --todo suspects.json --db rows.csv     # on that GPU; then merge rows.csv
@@ -18,18 +20,44 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .cost_model import disturbed_twins, kernel_ms
+from .model_constants import FAMILY_OUTLIER_FACTOR, FAMILY_OUTLIER_MIN_ROWS
 
 __all__ = ["read_todo", "suspect_rows", "suspects_todo", "write_todo"]
 
 
 def suspect_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One dict per disturbed row: its problem key, instance, status, time and its twin's time, the
-    largest ratio first."""
+    """One dict per suspect row: its problem key, instance, status, time, the reference time and why
+    ("twin": its fp16/bf16 twin's time; "family": its family's median on the problem), the largest
+    ratio first."""
     rows = list(rows)
-    out = [{"problem_key": rows[i]["problem_key"], "instance": rows[i]["instance"], "status": rows[i]["status"],
-            "device": rows[i].get("device"), "ms": kernel_ms(rows[i]), "twin_ms": kernel_ms(twin)}
-           for i, twin in disturbed_twins(rows).items()]
-    return sorted(out, key=lambda s: -s["ms"] / s["twin_ms"])
+    twins = disturbed_twins(rows)
+    out = [_suspect(rows[i], kernel_ms(twin), "twin") for i, twin in twins.items()]
+    out += [_suspect(rows[i], ref, "family") for i, ref in family_outliers(rows).items() if i not in twins]
+    return sorted(out, key=lambda s: -s["ms"] / s["ref_ms"])
+
+
+def _suspect(row: Mapping[str, Any], ref_ms: float, why: str) -> dict[str, Any]:
+    return {"problem_key": row["problem_key"], "instance": row["instance"], "status": row["status"],
+            "device": row.get("device"), "ms": kernel_ms(row), "ref_ms": ref_ms, "why": why}
+
+
+def family_outliers(rows: list[Mapping[str, Any]]) -> dict[int, float]:
+    """Index of each ok row over FAMILY_OUTLIER_FACTOR x the median of its family's ok rows on the same
+    problem and device (families of at least FAMILY_OUTLIER_MIN_ROWS rows) -> that median."""
+    groups: dict[tuple, list[tuple[int, float]]] = {}
+    for i, r in enumerate(rows):
+        ms = kernel_ms(r) if r.get("status") == "ok" else None
+        if ms:
+            groups.setdefault((r["problem_key"], r.get("device"), r.get("algorithm")), []).append((i, ms))
+    out = {}
+    for members in groups.values():
+        if len(members) < FAMILY_OUTLIER_MIN_ROWS:
+            continue
+        times = sorted(ms for _, ms in members)
+        mid = len(times) // 2
+        median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        out.update({i: median for i, ms in members if ms > FAMILY_OUTLIER_FACTOR * median})
+    return out
 
 
 def suspects_todo(suspects: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
