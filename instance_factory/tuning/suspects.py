@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -53,9 +54,7 @@ def family_outliers(rows: list[Mapping[str, Any]]) -> dict[int, float]:
     for members in groups.values():
         if len(members) < FAMILY_OUTLIER_MIN_ROWS:
             continue
-        times = sorted(ms for _, ms in members)
-        mid = len(times) // 2
-        median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        median = statistics.median(ms for _, ms in members)
         out.update({i: median for i, ms in members if ms > FAMILY_OUTLIER_FACTOR * median})
     return out
 
