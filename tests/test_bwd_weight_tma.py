@@ -6,7 +6,7 @@ border (pads wider than the filter, asymmetric pads, right pads the output never
 wider and narrower than a box, H and D strides and dilations, 3-D rows whose input plane lies in
 the padding, G > 1 (groups of >= 64 channels) with channel tiles that run into the next group's channels, K and C not
 multiples of the tile, the fused-store path (one split) and the reduce path with a ragged last split,
-every fused op, the 16-bit dtypes and the declines. Runs in the Triton interpreter on CPU tensors
+every fused op, the tensor-core dtypes (16-bit and tf32) and the declines. Runs in the Triton interpreter on CPU tensors
 (TRITON_INTERPRET=1) or on a CUDA GPU.
 """
 
@@ -83,7 +83,7 @@ def test_boxes_and_splits(box, split):
 
 
 @pytest.mark.parametrize("split", [1, 2])
-@pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w", "fp32_tf32"])
 def test_dtypes_and_store_paths(dtype, split):
     out = _check(GEOMETRY["3x3-s1-p1"], "nhwgc", dtype, cfg=_cfg(split_k=split))
     assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
@@ -115,9 +115,16 @@ def test_declines():
     lt = layout_for("nhwgc", 2)
     fo = FUSED_OPS["passthrough"]
     assert ALG.decline(_cfg(), p, lt, DATA_TYPES["bf16"], fo) is None
-    for dtype in ("fp32", "fp32_tf32", "fp16_fp8"):
+    for dtype in ("fp32", "fp16_fp8"):
         why = ALG.decline(_cfg(), p, lt, DATA_TYPES[dtype], fo)
-        assert why and "16-bit" in why
+        assert why and "tensor cores" in why
+    # tf32: the fp32 boxes of every stage plus one K-major copy must fit (16-bit: the config's own check)
+    big = dict(block_m=128, block_n=128, block_k=64, rows=1, num_warps=8, num_stages=4)
+    assert ALG.decline(_cfg(**big), _p(2, K=16, C=16, i=(6, 80)), lt, DATA_TYPES["bf16"], fo) is None
+    why = ALG.decline(_cfg(**big), _p(2, K=16, C=16, i=(6, 80)), lt, DATA_TYPES["fp32_tf32"], fo)
+    assert why and "KiB of shared memory for fp32 tiles" in why
+    assert ALG.decline(_cfg(**{**big, "num_stages": 3}), _p(2, K=16, C=16, i=(6, 80)), lt,
+                       DATA_TYPES["fp32_tf32"], fo) is None
     why = ALG.decline(_cfg(), _p(2, K=16, C=16, i=(6, 20), s=(1, 2)), lt, DATA_TYPES["bf16"], fo)
     assert why and "W stride of 1" in why
     why = ALG.decline(_cfg(block_k=64), p, lt, DATA_TYPES["bf16"], fo)  # Wo = 18

@@ -66,7 +66,8 @@ def matrix_cases(layout_families: set[str] | None = None) -> list[Case]:
     return cases
 
 
-def ck_cases(include_large: bool, one_dtype: bool = False, only_large: bool = False) -> list[Case]:
+def ck_cases(include_large: bool, one_dtype: bool = False, only_large: bool = False,
+             dtypes: tuple[str, ...] | None = None) -> list[Case]:
     path = REPO / "tools" / "ck_test_problems.yaml"
     if not path.exists():
         return []
@@ -80,7 +81,7 @@ def ck_cases(include_large: bool, one_dtype: bool = False, only_large: bool = Fa
                        tuple(e["stride"]), tuple(e["dilation"]), tuple(e["left_pad"]), tuple(e["right_pad"]))
         fo = e.get("fused", "passthrough")
         nds = 1 if fo == "bilinear" else 0
-        dts = ("fp16", "bf16") if e["op"] == "conv_bwd_data" else ("fp16", "bf16_fp32w")
+        dts = dtypes or (("fp16", "bf16") if e["op"] == "conv_bwd_data" else ("fp16", "bf16_fp32w"))
         for dt in dts[len(out) % 2:][:1] if one_dtype else dts:  # alternate dtypes when asked
             out.append(Case(e["op"], p, fam_layout[p.ndim], dt, fo, nds, label=f"CK {e['test']} {p.key()} {dt}"))
     return out
@@ -324,6 +325,8 @@ def main() -> int:
     ap.add_argument("--families", help="comma-separated layout families for --matrix (default all)")
     ap.add_argument("--max-algs", type=int, default=99, help="kernel families tried per case")
     ap.add_argument("--ck-one-dtype", action="store_true", help="one dtype per CK problem, alternating")
+    ap.add_argument("--ck-dtypes", default="", help="comma-separated dtypes for the CK problems (default: fp16 and "
+                                                     "bf16 for data, fp16 and bf16_fp32w for weight)")
     ap.add_argument("--algorithms", help="comma-separated kernel families: verify only these (cases where "
                     "none applies are left out)")
     ap.add_argument("--instances", help="comma-separated globs on instance names: verify only those")
@@ -345,7 +348,8 @@ def main() -> int:
         log.write(json.dumps(meta) + "\n")
         layout_families = set(ns.families.split(",")) if ns.families else None
         for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(layout_families)),
-                                  (ns.ck, "ck", lambda: [c for c in ck_cases(ns.ck_large or ns.ck_only_large, ns.ck_one_dtype, ns.ck_only_large)
+                                  (ns.ck, "ck", lambda: [c for c in ck_cases(ns.ck_large or ns.ck_only_large, ns.ck_one_dtype, ns.ck_only_large,
+                                                                      tuple(ns.ck_dtypes.split(",")) if ns.ck_dtypes else None)
                                                    if c.op in ns.ops]),
                                   (ns.fp8, "fp8", fp8_cases), (ns.large, "large", lambda: [c for c in large_cases() if c.op in ns.ops])):
             if not flag:

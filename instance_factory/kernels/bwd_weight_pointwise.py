@@ -54,7 +54,7 @@ from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
 from .bwd_data_tma import _with_base, descriptor_template, tma_ready
 from .bwd_weight_igemm_plan import check_tensors
-from .bwd_weight_tma import tma_wgrad_reason
+from .bwd_weight_tma import tf32_smem_reason, tma_wgrad_reason
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, merge_positions, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightPointwiseConfig", "bind", "box_of", "choose_split", "decline", "model_work", "plan",
@@ -282,7 +282,7 @@ def _views(params: ConvParams, layout: LayoutTriple, dtype: DataType) -> tuple |
 def decline(cfg: BwdWeightPointwiseConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
-    if (why := tma_wgrad_reason("pointwise", dtype)) is not None:
+    if (why := tma_wgrad_reason("pointwise", dtype) or tf32_smem_reason("pointwise", cfg, dtype)) is not None:
         return why
     if not params.is_1x1_pad0:
         return (f"pointwise bwd weight is the GEMM of a 1x1 filter without padding; the problem has filter "

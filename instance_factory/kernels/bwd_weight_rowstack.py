@@ -31,7 +31,8 @@ one zeroed fp32 workspace (atomics: the order of the adds varies from run to run
 wave or one and a half lose no SM to the tail. Launches: [the grad_out copy], the GEMM, [the reduce].
 One fp32 accumulator per tile (no two-level sum: a split's or piece's share is at most
 MAX_SPLIT_POSITIONS positions), so tiles up to 128x256.
-Only the channels-last NHWGC family (G*C and G*K packed per position) and 16-bit data run here.
+Only the channels-last NHWGC family (G*C and G*K packed per position) runs here, in 16-bit data and
+fp32 with tf32 compute (see ``bwd_weight_tma``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from .bwd_data_tma import _with_base, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel
 from .bwd_weight_igemm_plan import check_tensors
 from .bwd_weight_pointwise import programs_per_sm
-from .bwd_weight_tma import group_tile_reason, tma_wgrad_reason
+from .bwd_weight_tma import group_tile_reason, tf32_smem_reason, tma_wgrad_reason
 from .common import split_runner
 from .host import INT32_LIMIT, GemmTileConfig, check_split_k, operand_smem_bytes, sm_count
 
@@ -318,7 +319,7 @@ def decline(cfg: BwdWeightRowstackConfig, params: ConvParams, layout: LayoutTrip
     """None when this instance can run the problem, else a clear reason."""
     if (why := tma_wgrad_reason("rowstack", dtype)) is not None:
         return why
-    if (why := group_tile_reason("rowstack", params)) is not None:
+    if (why := group_tile_reason("rowstack", params) or tf32_smem_reason("rowstack", cfg, dtype)) is not None:
         return why
     views = _views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):

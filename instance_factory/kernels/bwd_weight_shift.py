@@ -26,8 +26,8 @@ fixed-order reduce + epilogue (deterministic; with one split the epilogue runs f
 share starts or ends) and adds each piece into one zeroed fp32 workspace with atomics, then the same
 reduce pass over that one slice: no wave tail and no slices, at the price of a run-to-run varying
 summation order (like ``splitk_atomic``). Only
-channels-last 16-bit data (fp16, bf16, bf16 with an fp32 weight gradient) with packed (h, w) runs
-here; the rest declines to the other families.
+channels-last data with packed (h, w) runs here, in fp16, bf16 (also with an fp32 weight gradient) and
+fp32 with tf32 compute (see ``bwd_weight_tma``); the rest declines to the other families.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from ..problem import ConvParams
 from .bwd_data_tma import _with_base, channels_last_view, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .bwd_weight_tma import group_tile_reason, tma_wgrad_reason
+from .bwd_weight_tma import group_tile_reason, tf32_smem_reason, tma_wgrad_reason
 from .common import split_runner
 from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, operand_smem_bytes, sm_count
 
@@ -373,7 +373,7 @@ def decline(cfg: BwdWeightShiftConfig, params: ConvParams, layout: LayoutTriple,
     """None when this instance can run the problem, else a clear reason."""
     if (why := tma_wgrad_reason("shift", dtype)) is not None:
         return why
-    if (why := group_tile_reason("shift", params)) is not None:
+    if (why := group_tile_reason("shift", params) or tf32_smem_reason("shift", cfg, dtype)) is not None:
         return why
     if (why := plane_plan(params)) is not None:
         return why

@@ -17,8 +17,12 @@ Costs and limits. A row of Wo positions fills ceil(Wo / block_k) chunks (Wo = 56
 7/8 of the MMA work is useful, as for 28/32, 14/16); a program reduces ``rows`` chunks per pipelined
 step. Rows whose input plane id falls outside the input (3-D padding) are pointed past the end of H,
 so their box is zero. Only channels-last input and grad_out with unit channel stride and a W stride
-of 1 run here, in 16-bit data (fp16, bf16, bf16 with an fp32 weight gradient): wgmma takes the
-transposed grad_out tile from shared memory only for 16-bit types. The rest declines to ``igemm``.
+of 1 run here, in fp16, bf16 (also with an fp32 weight gradient) and fp32 with tf32 compute. Both
+operands arrive M/N-major (channels contiguous). wgmma reads such a transposed tile from shared memory
+for 16-bit types; for tf32 (K-major tiles only) Triton copies each landed box once more, through
+registers, into K-major order: one extra tile of shared memory (:func:`tf32_smem_reason`) and a
+shared-memory round trip, still far cheaper than the pointer kernels' element-wise 4-byte
+``cp.async`` transposes (session 32). True fp32 (ieee) has no tensor-core path and declines to ``igemm``.
 
 Launches: the GEMM (the epilogue from the accumulator with one split, else fp32 slices per split)
 and, with several splits, ``bwd_weight_igemm``'s fixed-order reduce + epilogue (deterministic). The
@@ -46,13 +50,24 @@ from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .common import split_runner
-from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, merge_positions, operand_smem_bytes, sm_count
+from .host import (
+    INT32_LIMIT,
+    SMEM_PER_BLOCK,
+    GemmTileConfig,
+    check_split_k,
+    is_pow2,
+    merge_positions,
+    operand_smem_bytes,
+    sm_count,
+)
 
-__all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "BwdWeightTmaConfig", "bind", "choose_split", "decline", "tma_wgrad_reason"]
+__all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "BwdWeightTmaConfig", "bind", "choose_split", "decline", "tf32_smem_reason",
+           "tma_wgrad_reason"]
 
 OP_NAME = "conv_bwd_weight"
-# the dtypes of the TMA bwd-weight families: wgmma reads a transposed operand from shared memory for 16-bit data only
-TMA_WGRAD_DTYPES = ("fp16", "bf16", "bf16_fp32w")
+# the dtypes of the TMA bwd-weight families: tensor-core dots (fp32 with tf32 compute transposes its boxes
+# in shared memory first, see the module docstring)
+TMA_WGRAD_DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _MAX_GRID = 2**31 - 1
@@ -206,13 +221,30 @@ class BwdWeightTmaConfig(GemmTileConfig):
 
 
 def tma_wgrad_reason(family: str, dtype: DataType) -> str | None:
-    """Why the TMA bwd-weight families (tma, shift, pointwise) cannot run ``dtype`` here, or None: they
-    need Triton's host tensor descriptors and 16-bit data."""
+    """Why the TMA bwd-weight families (tma, shift, pointwise, rowstack) cannot run ``dtype`` here, or
+    None: they need Triton's host tensor descriptors and a tensor-core dtype."""
     if TensorDescriptor is None:
         return f"{family} needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
     if dtype.name not in TMA_WGRAD_DTYPES:
-        return (f"{family} bwd weight has no {dtype.name!r} variant ({dtype.label}): wgmma reads the "
-                f"transposed grad_out tile from shared memory only for 16-bit data ({', '.join(TMA_WGRAD_DTYPES)})")
+        return (f"{family} bwd weight has no {dtype.name!r} variant ({dtype.label}): its dots run on tensor "
+                f"cores in 16-bit data or tf32 ({', '.join(TMA_WGRAD_DTYPES)}); igemm and the split-K "
+                f"families run the rest")
+    return None
+
+
+def tf32_smem_reason(family: str, cfg: GemmTileConfig, dtype: DataType) -> str | None:
+    """Why ``cfg``'s 4-byte tiles do not fit a Hopper SM's shared memory, or None (always None for
+    16-bit data, which the configs' own check covers). A tf32 config keeps the pipeline's fp32 boxes
+    plus the larger operand tile once more in K-major order (Triton 3.6, sm_90 compiles: e.g. m128 n128
+    k32 with 3 stages uses 80 KiB = 2 stages of boxes + one 128x32 fp32 tile; counted here with all
+    num_stages, as Triton versions differ in the buffers they keep)."""
+    if dtype.data.itemsize == 2:
+        return None
+    need = cfg.smem_bytes(4) + max(cfg.block_m, cfg.block_n) * cfg.block_k * 4
+    if need > SMEM_PER_BLOCK:
+        return (f"{family} m{cfg.block_m} n{cfg.block_n} k{cfg.block_k} with num_stages={cfg.num_stages} needs "
+                f"{need // 1024} KiB of shared memory for fp32 tiles (tf32 compute: the pipeline's boxes plus "
+                f"one K-major copy for wgmma), over {SMEM_PER_BLOCK // 1024} KiB")
     return None
 
 
@@ -286,7 +318,7 @@ def decline(cfg: BwdWeightTmaConfig, params: ConvParams, layout: LayoutTriple, d
     """None when this instance can run the problem, else a clear reason."""
     if (why := tma_wgrad_reason("tma", dtype)) is not None:
         return why
-    if (why := group_tile_reason("tma", params)) is not None:
+    if (why := group_tile_reason("tma", params) or tf32_smem_reason("tma", cfg, dtype)) is not None:
         return why
     views = _tma_views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):
