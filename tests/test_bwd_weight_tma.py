@@ -17,11 +17,14 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import test_bwd_weight_igemm as igemm_tests  # noqa: E402
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from instance_factory.algorithms import interpreting  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels import bwd_weight_tma as tma  # noqa: E402
+from instance_factory.kernels.common import dot_operands, dot_tn  # noqa: E402
 from instance_factory.layouts import LAYOUT_FAMILIES, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 
@@ -194,3 +197,29 @@ def test_auto_split():
     assert tma.choose_split(p, cfg, 132) == 44
     big = ConvParams(2, 1, 64, 512, 512, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
     assert tma.choose_split(big, _cfg(block_m=64, block_n=64, block_k=16), 132) == 1  # 576 tiles
+
+
+def test_tf32_operands_are_split_into_three_bf16_products():
+    """dot_tn's fp32 mode: hi = bf16(x), lo = bf16(x - hi), three products; ~16 mantissa bits, far
+    closer to float64 than one bf16 product (what a missing lo term would give)."""
+    @triton.jit
+    def _probe(a_ptr, b_ptr, c_ptr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, OPERANDS: tl.constexpr):
+        rk = tl.arange(0, BK)
+        a = tl.load(a_ptr + rk[:, None] * BM + tl.arange(0, BM)[None, :])
+        b = tl.load(b_ptr + rk[:, None] * BN + tl.arange(0, BN)[None, :])
+        acc = dot_tn(a, b, tl.zeros((BM, BN), tl.float32), OPERANDS)
+        tl.store(c_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], acc)
+
+    assert dot_operands(DATA_TYPES["fp16"]) == 0
+    mode = dot_operands(DATA_TYPES["fp32_tf32"])
+    assert mode == (3 if interpreting() else 2)
+    dev = "cpu" if interpreting() else "cuda"
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(32, 16, generator=g).to(dev)
+    b = torch.randn(32, 16, generator=g).to(dev)
+    c = torch.full((16, 16), float("nan"), device=dev)
+    _probe[(1,)](a, b, c, BK=32, BM=16, BN=16, OPERANDS=mode)
+    ref = a.double().t() @ b.double()
+    err = ((c.double() - ref).norm() / ref.norm()).item()
+    one_product = a.bfloat16().double().t() @ b.bfloat16().double()
+    assert err < 1e-4 < ((one_product - ref).norm() / ref.norm()).item()

@@ -1,6 +1,7 @@
 """The miss policy's cost model: features, the roofline, kernel signatures, and leave-one-out quality
 on the shipped database (what the untuned default would have served on each tuned problem)."""
 
+import json
 import math
 from pathlib import Path
 
@@ -339,3 +340,33 @@ def test_a_disturbed_row_counts_with_its_sibling_dtypes_timing():
     m64 = next(sig for sig in fp16.corrections if '"block_m": 64' in sig or "block_m=64" in sig)
     bf16 = next(t for t in ev.problems if t.dtype == "bf16")
     assert fp16.corrections[m64] == pytest.approx(bf16.corrections[m64])
+
+
+def test_tf32_split_kernels_keep_their_own_corrections():
+    """The TMA wgrad families run fp32 (tf32 compute) as three bf16 products: modelled at a third of the
+    bf16 rate, and a bf16 row of the same tile is not evidence for the fp32 kernel (session 32)."""
+    op = "conv_bwd_weight"
+    big = ConvParams(2, 1, 128, 512, 512, (1, 1), (28, 28), (1, 1), (1, 1), (0, 0), (0, 0))
+    cfg = {"block_m": 128, "block_n": 128, "block_k": 64, "rows": 1, "group_m": 8, "num_warps": 8,
+           "num_stages": 3, "split_k": 0}
+    assert C.kernel_variant(op, "fp32_tf32", "tma") == "tma+split"
+    assert C.kernel_variant(op, "bf16", "tma") == "tma" and C.kernel_variant(op, "fp32_tf32", "igemm") == "igemm"
+    bf16 = C.model_ms(op, big, "bf16", "tma", cfg)
+    assert C.model_ms(op, big, "fp32_tf32", "tma", cfg) == pytest.approx(3 * bf16, rel=0.05)  # compute-bound
+    assert C.model_ms(op, big, "fp32_tf32", "igemm", cfg) == pytest.approx(2 * bf16, rel=0.05)  # tf32's rate
+
+    sig = json.dumps(cfg)
+    name = "conv_bwd_weight-tma-NHWGC_GKYXC_NHWGK-{}-passthrough-m128_n128"
+
+    def row(dt, ms, algorithm="tma"):
+        return {"problem_key": f"{op}|{LAYOUT}|{dt}|passthrough|{big.key()}", "status": "ok", "device": "H100",
+                "instance": name.format(dt).replace("-tma-", f"-{algorithm}-"), "algorithm": algorithm,
+                "instance_params": sig, "median_ms": ms, "p20_ms": ms, "p80_ms": ms}
+
+    ev = C.Evidence.from_rows([row("bf16", 0.1)])
+    basis = C.rank(op, big, LAYOUT, "fp32_tf32", "passthrough", [("x", "tma", cfg)], ev).best.basis
+    assert not basis.startswith("measured")  # the bf16 tile's timing says little about the split kernel
+    assert C.rank(op, big, LAYOUT, "fp16", "passthrough", [("x", "tma", cfg)], ev).best.basis.startswith("measured")
+    ev = C.Evidence.from_rows([row("bf16", 0.1), row("fp32_tf32", 0.4)])
+    pred = C.rank(op, big, LAYOUT, "fp32_tf32", "passthrough", [("x", "tma", cfg)], ev, exclude="").best
+    assert pred.basis.startswith("measured") and pred.predicted_ms == pytest.approx(0.4, rel=0.1)

@@ -21,6 +21,7 @@ H0's code, where the full rows fill the GPU), so:
     apply h1.json h2.json --only pointwise_reduce_none,pointwise_reduce_block,relayout FILES
     apply h0.json h2.json --only relayout_without_pointwise FILES     # the rows not re-timed
     apply s30.json s31.json --only dgrad_pointwise_stride1 FILES      # session 31: strided bwd-data pointwise
+    apply s32a.json s32b.json --only wgrad_tma_16bit,wgrad_relayout_tf32_before_s32 FILES  # session 32: dot_tn
     instance-factory db compact --db FILE                              # one row per identity again
 """
 
@@ -73,6 +74,14 @@ OTHER_CHECKS = {
     # ran it on a stride-1 problem, whose compile drops the new code; relayout's strided rows never
     # launched it (it declined them)
     "dgrad_pointwise_stride1": lambda row: row["op"] == "conv_bwd_data" and row["algorithm"] in ("pointwise", "relayout"),
+    # session 32: the TMA wgrad families' dot became dot_tn; 16-bit rows compile the same dot as before,
+    # fp32_tf32 rows (bf16 hi/lo products now) stay stale
+    "wgrad_tma_16bit": lambda row: (row["op"] == "conv_bwd_weight" and row["dtype"] != "fp32_tf32"
+                                    and row["algorithm"] in ("tma", "shift", "pointwise", "rowstack", "relayout")),
+    # relayout's fp32_tf32 wgrad rows ran a twin that the TMA families declined before session 32
+    "wgrad_relayout_tf32_before_s32": lambda row: (row["op"] == "conv_bwd_weight" and row["dtype"] == "fp32_tf32"
+                                                   and row["algorithm"] == "relayout"
+                                                   and row["timestamp"] < "2026-11-26T12:20"),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 

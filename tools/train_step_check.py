@@ -13,7 +13,9 @@ compared with an fp32 step (tf32 off) of the cuDNN model: bf16 rounding compound
 the second verdict, "as accurate as cuDNN", asks that for every parameter ours is within 1.5x
 (+2e-3) of cuDNN's own distance to fp32, and the same of all gradients taken as one vector; a
 parameter where cuDNN's step is itself over 50% off fp32 (no signal) counts only in the latter.
-Then the step time (forward + backward, median of --iters after --warmup) of both.
+Then the step time (forward + backward, median of --iters after --warmup) of both, the two models'
+steps interleaved so that host drift lands on both alike, with the issue time beside it (host time
+until backward returned: a step whose issue time is near its wall time is host-bound).
 ``--fuse-residual`` adds ResNet-50 / ResNeXt-50 rows whose bottlenecks feed the skip branch through
 ``conv1.forward_with_skip`` (the skip gradient added inside conv_bwd_data, fused op "add").
 
@@ -201,18 +203,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def step_times_ms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: int, iters: int,
-                  autocast: bool = True) -> list[float]:
+def _timed_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> tuple[float, float]:
+    """(wall ms, issue ms) of one step: issue = host time until backward() returned, before the final
+    synchronisation. A step whose issue time is close to its wall time is host-bound."""
+    _sync(x.device)
+    t0 = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        loss = F.cross_entropy(model(x).float(), y)
+    loss.backward()
+    t1 = time.perf_counter()
+    _sync(x.device)
+    return (time.perf_counter() - t0) * 1e3, (t1 - t0) * 1e3
+
+
+def paired_step_times_ms(ref: nn.Module, ours: nn.Module, x: torch.Tensor, y: torch.Tensor, warmup: int,
+                         iters: int, autocast: bool = True) -> dict[str, list[float]]:
+    """Wall and issue times of both models' steps, the two interleaved (ref, ours, ours, ref, ...) so that
+    drift on a shared host (other processes, clocks) lands on both sides alike."""
     for _ in range(warmup):
-        train_step(model, x, y, autocast=autocast)
-    times = []
-    for _ in range(iters):
-        _sync(x.device)
-        t0 = time.perf_counter()
-        train_step(model, x, y, autocast=autocast)
-        _sync(x.device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+        train_step(ref, x, y, autocast=autocast)
+        train_step(ours, x, y, autocast=autocast)
+    out: dict[str, list[float]] = {"cudnn": [], "ours": [], "cudnn_issue": [], "ours_issue": []}
+    for i in range(iters):
+        order = (("cudnn", ref), ("ours", ours)) if i % 2 == 0 else (("ours", ours), ("cudnn", ref))
+        for side, model in order:
+            wall, issue = _timed_step(model, x, y, autocast)
+            out[side].append(wall)
+            out[side + "_issue"].append(issue)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -328,10 +347,10 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
                worst_ours_vs_fp32=max(e["ours_vs_fp32"] for e in errs),
                worst_cudnn_vs_fp32=max(e["cudnn_vs_fp32"] for e in errs))
 
-    t_ref = step_times_ms(ref, x, y, ns.warmup, ns.iters, autocast)
-    t_ours = step_times_ms(ours, x, y, ns.warmup, ns.iters, autocast)
-    rec.update(cudnn_ms=statistics.median(t_ref), ours_ms=statistics.median(t_ours), cudnn_times_ms=t_ref,
-               ours_times_ms=t_ours)
+    t = paired_step_times_ms(ref, ours, x, y, ns.warmup, ns.iters, autocast)
+    rec.update(cudnn_ms=statistics.median(t["cudnn"]), ours_ms=statistics.median(t["ours"]),
+               cudnn_issue_ms=statistics.median(t["cudnn_issue"]), ours_issue_ms=statistics.median(t["ours_issue"]),
+               cudnn_times_ms=t["cudnn"], ours_times_ms=t["ours"])
     rec["speedup"] = rec["cudnn_ms"] / rec["ours_ms"]
     del ref, ours, g_ours, g_ref, g_fp32
     if device.type == "cuda":
@@ -344,7 +363,7 @@ def markdown(records: list[dict], env: dict) -> str:
     lines = [f"Training step (forward + backward), batch {env['batch']}, {mode}, {env['memory_format']}, "
              f"{env['device']}, torch {env['torch']}, Triton {env['triton']}.", "",
              "| model | params | worst grad rel. err vs cuDNN (param) | pass (<= 1e-2) | worst vs fp32: ours / cuDNN "
-             "| as accurate as cuDNN | layers' lookup | cuDNN step ms | ours step ms | speedup |",
+             "| as accurate as cuDNN | layers' lookup | cuDNN step ms (issue) | ours step ms (issue) | speedup |",
              "|---|---:|---|---|---|---|---|---:|---:|---:|"]
     for r in records:
         if "error" in r:
@@ -359,7 +378,8 @@ def markdown(records: list[dict], env: dict) -> str:
             f"| {r['model']} | {r['params']} | {r['worst_rel_err']:.2e} ({r['worst_param']}) | "
             f"{verdict} | "
             f"{r['worst_ours_vs_fp32']:.2e} / {r['worst_cudnn_vs_fp32']:.2e} | {accurate} | {look} | "
-            f"{r['cudnn_ms']:.2f} | {r['ours_ms']:.2f} | {r['speedup']:.2f}x |")
+            f"{r['cudnn_ms']:.2f} ({r['cudnn_issue_ms']:.2f}) | {r['ours_ms']:.2f} ({r['ours_issue_ms']:.2f}) | "
+            f"{r['speedup']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 

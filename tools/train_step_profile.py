@@ -3,8 +3,8 @@
     python tools/train_step_profile.py --models resnet50 --out DIR
 
 For the converted model (``instance_factory.torch.convert``) and the same model on cuDNN, batch 64,
-bf16 autocast, channels-last (or, with --memory-format contiguous, NCHW): the wall time of a step, the host time until ``backward`` returns (the
-issue time, before the final synchronisation), and the GPU time of its kernels by kind (ours: Triton
+bf16 autocast (or float32 with --precision fp32), channels-last (or, with --memory-format contiguous,
+NCHW): the wall time of a step, the host time until ``backward`` returns (the issue time, before the final synchronisation), and the GPU time of its kernels by kind (ours: Triton
 kernels; cuDNN/cuBLAS convolution kernels; everything else) from ``torch.profiler``. A step whose
 issue time is close to its wall time is host-bound: kernels wait for the Python that launches them.
 ``--fuse-residual`` adds a third side for the ResNet-style models: the converted model whose bottlenecks
@@ -26,12 +26,14 @@ import torch.nn.functional as F
 
 import instance_factory.torch as ift
 
+AUTOCAST = [True]  # bf16 autocast; --precision fp32: float32 steps at PyTorch's cuDNN precision (TF32)
+
 
 def _step(model, x, y) -> float:
     """One step; returns the host seconds until backward() returned (work issued, not finished)."""
     model.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=AUTOCAST[0]):
         loss = F.cross_entropy(model(x).float(), y)
     loss.backward()
     return time.perf_counter() - t0
@@ -105,16 +107,19 @@ def main() -> int:
                     "channels-first instances)")
     ap.add_argument("--fuse-residual", action="store_true", help="also profile the converted model with its "
                     "bottlenecks' skip gradients fused into conv1's conv_bwd_data (ResNet / ResNeXt)")
+    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                    help="bf16 autocast (default) or float32 steps at PyTorch's cuDNN precision (TF32 by default)")
     ap.add_argument("--cprofile", action="store_true", help="also write the host profile of 5 steps of ours "
                     "(cProfile, by own time) to <model>_host_profile.txt")
     ns = ap.parse_args()
+    AUTOCAST[0] = ns.precision == "bf16"
     import torchvision
+    from train_step_check import Precompiler, backward_problems, fuse_residuals  # tools/ is this script's directory
 
-    if ns.fuse_residual:
-        from train_step_check import fuse_residuals  # tools/ is this script's directory
     torch.backends.cudnn.benchmark = True
     os.makedirs(ns.out, exist_ok=True)
     results = {}
+    pre = Precompiler(torch.device("cuda", torch.cuda.current_device()), 0)
     for name in ns.models.split(","):
         torch.manual_seed(0)
         fmt = torch.channels_last if ns.memory_format == "channels_last" else torch.contiguous_format
@@ -122,6 +127,9 @@ def main() -> int:
         ours = ift.convert(copy.deepcopy(ref))
         x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
         y = torch.randint(0, 1000, (ns.batch,), device="cuda")
+        # compile the layers' instances in worker processes first (train_step_check's precompiler), so
+        # that the profiled warm-up steps do not compile them one after another
+        print(name, "precompile", pre.compile(backward_problems(ours, x, AUTOCAST[0]), timeout_s=240), flush=True)
         results[name] = {"ours": profile(ours, x, y, ns.iters), "cudnn": profile(ref, x, y, ns.iters)}
         if ns.fuse_residual:
             fused = ift.convert(copy.deepcopy(ref))
@@ -135,7 +143,8 @@ def main() -> int:
                   f"GPU {r['gpu_total_ms']:7.2f} ms {r['gpu_ms']}")
         for k, v in results[name]["ours"]["top_kernels"][:8]:
             print(f"    ours top: {v:7.3f} ms  {k}")
-    with open(os.path.join(ns.out, f"train_step_profile_{ns.memory_format}.json"), "w") as f:
+    pre.close()
+    with open(os.path.join(ns.out, f"train_step_profile_{ns.memory_format}_{ns.precision}.json"), "w") as f:
         json.dump(results, f, indent=1)
     return 0
 

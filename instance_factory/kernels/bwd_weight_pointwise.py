@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -55,6 +55,7 @@ from ..problem import ConvParams
 from .bwd_data_tma import _with_base, descriptor_template, tma_ready
 from .bwd_weight_igemm_plan import check_tensors
 from .bwd_weight_tma import tf32_smem_reason, tma_wgrad_reason
+from .common import dot_operands, dot_tn
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, merge_positions, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightPointwiseConfig", "bind", "box_of", "choose_split", "decline", "model_work", "plan",
@@ -112,7 +113,7 @@ def _bwd_weight_pointwise_kernel(
     tiles_m, tiles_n, TILES, SPLIT,
     ws_g, ws_k, ws_c,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BOX_R: tl.constexpr, BOX_W: tl.constexpr,
-    GROUP_M: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr, UPCAST: tl.constexpr,
+    GROUP_M: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr, OPERANDS: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     BLOCK_K: tl.constexpr = BOX_R * BOX_W
@@ -133,10 +134,7 @@ def _bwd_weight_pointwise_kernel(
         w0 = (r % WCH) * BOX_W
         a = dy_desc.load([g, a_idx, b0, w0, k0]).reshape(BLOCK_K, BLOCK_M)
         b = x_desc.load([g, a_idx, b0, w0, c0]).reshape(BLOCK_K, BLOCK_N)
-        if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(tl.trans(a), b, acc, out_dtype=tl.float32)
+        acc = dot_tn(a, b, acc, OPERANDS)
 
     if MODE == _SLABS:  # fp32 partial tile -> its slab (split * TILES + tile); the reduce pass sums them
         loc = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -412,13 +410,12 @@ def bind(args: RunArgs) -> Runner:
     if tiles * split > _MAX_GRID:
         raise ValueError(f"bwd-weight pointwise: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
     int64 = bool(geo.w_numel >= 2**31 - 1)
-    upcast = interpreting() and dt.data == torch.bfloat16
     mode = _ONE if split == 1 else _LAST_SUMS if cfg.reduce == "last" else _SLABS
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     kernel = BoundKernel(
         _bwd_weight_pointwise_kernel, (tiles * split,),
         BLOCK_M=bm, BLOCK_N=bn, BOX_R=box_r, BOX_W=box_w, GROUP_M=cfg.group_m, MODE=mode, INT64=int64,
-        UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
+        OPERANDS=dot_operands(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
     ws_g, ws_k, ws_c = geo.w_strides[:3]
     scalars = (geo.K, geo.C, b, rb, wch, chunks, per_split, tiles_m, tiles_n, tiles, split, ws_g, ws_k, ws_c)

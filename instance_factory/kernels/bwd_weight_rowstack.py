@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -57,7 +57,7 @@ from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel
 from .bwd_weight_igemm_plan import check_tensors
 from .bwd_weight_pointwise import programs_per_sm
 from .bwd_weight_tma import group_tile_reason, tf32_smem_reason, tma_wgrad_reason
-from .common import split_runner
+from .common import dot_operands, dot_tn, split_runner
 from .host import INT32_LIMIT, GemmTileConfig, check_split_k, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "MAX_SPLIT_POSITIONS", "BwdWeightRowstackConfig", "bind", "box_shape", "choose_split",
@@ -138,7 +138,7 @@ def _unit_coords(unit, G, K, C, TAPS, FX, FY, GC, SW, off_z, off_y, off_x, dil_z
 @triton.jit
 def _sum_steps(acc, dy_desc, x_desc, s_lo, s_hi, NB, WCH, Ho, CHUNK_ROWS, sd, sh, g, K, k0, zoff, yoff, q, chan,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IMGS: tl.constexpr, BW: tl.constexpr,
-               PACKED: tl.constexpr, UPCAST: tl.constexpr):
+               PACKED: tl.constexpr, OPERANDS: tl.constexpr):
     """acc += this unit's steps [s_lo, s_hi). Step s = ((od * Ho + oh) * WCH + wc) * NB + nb: images
     fastest, so consecutive steps read neighbouring rows of the packed grad_out."""
     BLOCK_K: tl.constexpr = IMGS * BW
@@ -154,10 +154,7 @@ def _sum_steps(acc, dy_desc, x_desc, s_lo, s_hi, NB, WCH, Ho, CHUNK_ROWS, sd, sh
         else:
             a = dy_desc.load([od, oh, nb * IMGS, wc * BW, g * K + k0]).reshape(BLOCK_K, BLOCK_M)
         b = x_desc.load([od * sd + zoff, oh * sh + yoff, nb * IMGS, wc * BW + q, chan]).reshape(BLOCK_K, BLOCK_N)
-        if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(tl.trans(a), b, acc, out_dtype=tl.float32)
+        acc = dot_tn(a, b, acc, OPERANDS)
     return acc
 
 
@@ -184,7 +181,7 @@ def _bwd_weight_rowstack_kernel(
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IMGS: tl.constexpr, BW: tl.constexpr,
     GROUP_M: tl.constexpr, PACKED: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
-    UPCAST: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+    OPERANDS: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     pid = tl.program_id(0)
     units = tl.cdiv(K, BLOCK_M) * tl.cdiv(C, BLOCK_N) * TAPS * G
@@ -202,7 +199,7 @@ def _bwd_weight_rowstack_kernel(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             acc = _sum_steps(acc, dy_desc, x_desc, tl.maximum(start - unit * TOTAL_STEPS, 0),
                              tl.minimum(end - unit * TOTAL_STEPS, TOTAL_STEPS), NB, WCH, Ho, CHUNK_ROWS, sd, sh,
-                             g, K, k0, zoff, yoff, q, chan, BLOCK_M, BLOCK_N, IMGS, BW, PACKED, UPCAST)
+                             g, K, k0, zoff, yoff, q, chan, BLOCK_M, BLOCK_N, IMGS, BW, PACKED, OPERANDS)
             w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                                         BLOCK_M, BLOCK_N, INT64)
             tl.atomic_add(ws_ptr + w_offs, acc, mask=w_mask, sem="relaxed")
@@ -217,7 +214,7 @@ def _bwd_weight_rowstack_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = _sum_steps(acc, dy_desc, x_desc, s_start, tl.minimum(s_start + STEPS_PER_SPLIT, TOTAL_STEPS), NB, WCH,
                          Ho, CHUNK_ROWS, sd, sh, g, K, k0, zoff, yoff, q, chan, BLOCK_M, BLOCK_N, IMGS, BW, PACKED,
-                         UPCAST)
+                         OPERANDS)
         w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                                     BLOCK_M, BLOCK_N, INT64)
         if MODE == 0:
@@ -425,12 +422,11 @@ def bind(args: RunArgs) -> Runner:
         mode = _MODE_FUSED if split == 1 else _MODE_SLICE
     w_numel = geo.w_numel
     int64 = bool(split * w_numel >= INT32_LIMIT)
-    upcast = interpreting() and dt.data == torch.bfloat16
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     gemm = BoundKernel(
         _bwd_weight_rowstack_kernel, (programs,),
         BLOCK_M=bm, BLOCK_N=bn, IMGS=imgs, BW=bw, GROUP_M=cfg.group_m, PACKED=cfg.packed, MODE=mode,
-        INT64=int64, UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
+        INT64=int64, OPERANDS=dot_operands(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
     dd, dh, dw = geo.dil3
     sizes = (G, K, C, geo.taps, FY, FX, ho, nb, wch, N * bw, G * C,

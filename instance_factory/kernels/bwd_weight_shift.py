@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -51,7 +51,7 @@ from .bwd_data_tma import _with_base, channels_last_view, descriptor_template, t
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .bwd_weight_tma import group_tile_reason, tf32_smem_reason, tma_wgrad_reason
-from .common import split_runner
+from .common import dot_operands, dot_tn, split_runner
 from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightShiftConfig", "bind", "decline", "plane_plan"]
@@ -92,7 +92,7 @@ def _unit_coords(unit, K, C, TAPS, FX, FY, dil_z, dil_y, dil_x, off_z, off_y, of
 
 @triton.jit
 def _main_sum(acc, dy_desc, x_desc, g, k0, c0, zoff, shift, s_lo, s_hi, Di, Lx, Do, sd, CH,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OPERANDS: tl.constexpr):
     """acc + the products of main steps [s_lo, s_hi): box `ch` of grad_out plane (n, od) against the
     input plane's box shifted by `shift` (step = (n * Do + od) * CH + ch)."""
     ch = s_lo % CH
@@ -106,10 +106,7 @@ def _main_sum(acc, dy_desc, x_desc, g, k0, c0, zoff, shift, s_lo, s_hi, Di, Lx, 
         xp = tl.where(inside, n * Di + id_, 0)
         a = dy_desc.load([g, n * Do + od, ch * BLOCK_K, k0]).reshape(BLOCK_K, BLOCK_M)
         b = x_desc.load([g, xp, xf, c0]).reshape(BLOCK_K, BLOCK_N)
-        if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(tl.trans(a), b, acc, out_dtype=tl.float32)
+        acc = dot_tn(a, b, acc, OPERANDS)
         ch += 1
         cc = ch >= CH
         ch = tl.where(cc, 0, ch)
@@ -123,7 +120,7 @@ def _main_sum(acc, dy_desc, x_desc, g, k0, c0, zoff, shift, s_lo, s_hi, Di, Lx, 
 @triton.jit
 def _fix_sum(dy_ptr, x_ptr, g, k0, c0, zoff, sy, sx, f_lo, f_hi, K, C, Di, Hi, Wi, Do, Ho, NDo, sd,
              ys_g, ys_n, ys_d, ys_h, ys_w, xs_g, xs_n, xs_d, xs_h, xs_w,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OPERANDS: tl.constexpr):
     """The products of the wrapped positions [f_lo, f_hi) (position = (j * NDo + plane) * Ho + oh
     for the tap's j-th wrapped column): ow + sx outside [0, Wi), where the flat index read the next
     or previous row's element instead of the padding. Walked flat through pointers, BLOCK_K at a
@@ -153,10 +150,7 @@ def _fix_sum(dy_ptr, x_ptr, g, k0, c0, zoff, sy, sx, f_lo, f_hi, K, C, Di, Hi, W
         x_row = n * xs_n + id_ * xs_d + row * xs_h + xcol * xs_w
         a = tl.load(dy_g + dy_row[:, None], mask=valid[:, None] & (offs_k < K)[None, :], other=0.0)
         b = tl.load(x_g + x_row[:, None], mask=xvalid[:, None] & (offs_c < C)[None, :], other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        fix = tl.dot(tl.trans(a), b, fix, out_dtype=tl.float32)
+        fix = dot_tn(a, b, fix, OPERANDS)
     return fix
 
 
@@ -185,7 +179,7 @@ def _bwd_weight_shift_kernel(
     ys_g, ys_n, ys_d, ys_h, ys_w, xs_g, xs_n, xs_d, xs_h, xs_w,  # grad_out / input strides (channels: 1)
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    CHUNK_STEPS: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr, UPCAST: tl.constexpr,
+    CHUNK_STEPS: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr, OPERANDS: tl.constexpr,
     FIX: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -206,7 +200,7 @@ def _bwd_weight_shift_kernel(
             s_hi = tl.minimum(end - unit * TOTAL_STEPS, TOTAL_STEPS)
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             acc = _main_sum(acc, dy_desc, x_desc, g, k0, c0, zoff, sy * Wi + sx, s_lo, s_hi, Di, Lx, Do, sd, CH,
-                            BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
+                            BLOCK_M, BLOCK_N, BLOCK_K, OPERANDS)
             w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                                         BLOCK_M, BLOCK_N, INT64)
             tl.atomic_add(ws_ptr + w_offs, acc, mask=w_mask, sem="relaxed")
@@ -225,7 +219,7 @@ def _bwd_weight_shift_kernel(
                 if f_lo < f_hi:
                     fix = _fix_sum(dy_ptr, x_ptr, g, k0, c0, zoff, sy, sx, f_lo, f_hi, K, C, Di, Hi, Wi, Do, Ho,
                                    NDo, sd, ys_g, ys_n, ys_d, ys_h, ys_w, xs_g, xs_n, xs_d, xs_h, xs_w,
-                                   BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
+                                   BLOCK_M, BLOCK_N, BLOCK_K, OPERANDS)
                     w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                                                 BLOCK_M, BLOCK_N, INT64)
                     tl.atomic_add(ws_ptr + w_offs, -fix, mask=w_mask, sem="relaxed")
@@ -244,14 +238,14 @@ def _bwd_weight_shift_kernel(
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             part = _main_sum(part, dy_desc, x_desc, g, k0, c0, zoff, sy * Wi + sx, c_lo,
                              tl.minimum(c_lo + CHUNK_STEPS, s_end), Di, Lx, Do, sd, CH,
-                             BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
+                             BLOCK_M, BLOCK_N, BLOCK_K, OPERANDS)
             acc += part
         if FIX:
             f_start = split * FIX_SPAN
             f_end = tl.minimum(f_start + FIX_SPAN, tl.minimum(tl.abs(sx), Wi) * NDo * Ho)
             acc -= _fix_sum(dy_ptr, x_ptr, g, k0, c0, zoff, sy, sx, f_start, f_end, K, C, Di, Hi, Wi, Do, Ho,
                             NDo, sd, ys_g, ys_n, ys_d, ys_h, ys_w, xs_g, xs_n, xs_d, xs_h, xs_w,
-                            BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
+                            BLOCK_M, BLOCK_N, BLOCK_K, OPERANDS)
         w_offs, w_mask = _w_offsets(g, tz, ty, tx, k0, c0, K, C, ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
                                     BLOCK_M, BLOCK_N, INT64)
         if MODE == 0:
@@ -429,13 +423,13 @@ def bind(args: RunArgs) -> Runner:
         mode = _MODE_FUSED if split == 1 else _MODE_SLICE
     w_numel = geo.w_numel
     int64 = bool(split * w_numel >= INT32_LIMIT)
-    upcast = interpreting() and dt.data == torch.bfloat16
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
 
     gemm = BoundKernel(
         _bwd_weight_shift_kernel, (programs,),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, CHUNK_STEPS=chunk_iters(bk), MODE=mode,
-        INT64=int64, UPCAST=upcast, FIX=bool(fix_total), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
+        INT64=int64, OPERANDS=dot_operands(dt), FIX=bool(fix_total), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **epi,
     )
     sizes = (geo.G, geo.K, geo.C, geo.taps, FY, FX, Di, Hi, Wi, Do, Ho, ndo,
              geo.stride3[0], -pd, -ph, -pw, dd, dh, dw, ch, steps_per_split, total_steps, fix_span,

@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..algorithms import Algorithm, RunArgs, Runner, interpreting, register_algorithm, require_runnable
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
@@ -49,7 +49,7 @@ from ..problem import ConvParams
 from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, descriptor_template, tma_ready
 from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .common import split_runner
+from .common import dot_operands, dot_tn, split_runner
 from .host import (
     INT32_LIMIT,
     SMEM_PER_BLOCK,
@@ -97,7 +97,7 @@ def _bwd_weight_tma_kernel(
     ws_g, ws_k, ws_c, ws_z, ws_y, ws_x,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
     GROUP_M: tl.constexpr, CHUNK_STEPS: tl.constexpr, MODE: tl.constexpr, INT64: tl.constexpr,
-    UPCAST: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+    OPERANDS: tl.constexpr, OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     # ---- (split, g, tap, tile), tile fastest: programs running together share (split, g, tap) and
     # with it the same grad_out and input rows in L2 --------------------------------------------
@@ -152,10 +152,7 @@ def _bwd_weight_tma_kernel(
                 ow0 = wc * BLOCK_K
                 a = dy_desc.load([nd, oh, ow0, g, k0]).reshape(BLOCK_K, BLOCK_M)
                 b = x_desc.load([n * Di + id_, ih, ow0 + xoff, g, c0]).reshape(BLOCK_K, BLOCK_N)
-                if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
-                    a = a.to(tl.float32)
-                    b = b.to(tl.float32)
-                part = tl.dot(tl.trans(a), b, part, out_dtype=tl.float32)
+                part = dot_tn(a, b, part, OPERANDS)
                 # next chunk: one carry per digit
                 q += 1
                 wc += 1
@@ -369,13 +366,12 @@ def bind(args: RunArgs) -> Runner:
     mode = _MODE_FUSED if split == 1 else _MODE_SLICE
     w_numel = geo.w_numel
     int64 = bool(split * w_numel >= INT32_LIMIT)
-    upcast = interpreting() and dt.data == torch.bfloat16
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
 
     gemm = BoundKernel(
         _bwd_weight_tma_kernel, (tiles * split,),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, ROWS=cfg.rows, GROUP_M=cfg.group_m,
-        CHUNK_STEPS=chunk_iters(bk * cfg.rows), MODE=mode, INT64=int64, UPCAST=upcast,
+        CHUNK_STEPS=chunk_iters(bk * cfg.rows), MODE=mode, INT64=int64, OPERANDS=dot_operands(dt),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
     )
     dd, dh, dw = geo.dil3

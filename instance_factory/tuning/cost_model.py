@@ -53,7 +53,7 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .roofline import gemm_shape, model_ms
+from .roofline import gemm_shape, model_ms, tf32_split
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
            "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
@@ -112,6 +112,12 @@ def _kind_penalty(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layou
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
     d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout) != _layout_family(q_layout) else 0.0
     return d + (FUSED_PENALTY if fused != q_fused else 0.0)
+
+
+def kernel_variant(op: str, dtype: str, algorithm: str) -> str:
+    """The algorithm as the corrections key it: a family whose fp32 dots run as three bf16 products
+    (``tf32_split``) is another kernel in fp32 than in 16-bit data."""
+    return algorithm + "+split" if tf32_split(op, dtype, algorithm) else algorithm
 
 
 def signature(algorithm: str, cfg: Mapping[str, Any] | str) -> str:
@@ -261,7 +267,8 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
                    winner=best["instance"], foreign=foreign)
         fam = _layout_family(layout)
         for r in group:
-            alg, sig = r["algorithm"], fam + "|" + signature(r["algorithm"], r["instance_params"])
+            alg = r["algorithm"]
+            sig = fam + "|" + signature(kernel_variant(op, dtype, alg), r["instance_params"])
             timed = r["status"] in ("ok", "pruned") and kernel_ms(r) is not None
             ms = kernel_ms(r) if timed else FAILED_FACTOR * t.best_ms
             if timed and r["status"] == "ok":
@@ -338,20 +345,21 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         w = _neighbor_weight(d)
         t_fam = _layout_family(t.layout)
         for sig, c in t.corrections.items():
-            alg_corr.setdefault(t_fam + "|" + t.algorithms[sig], []).append((w, c))
+            alg_corr.setdefault(t_fam + "|" + kernel_variant(t.op, t.dtype, t.algorithms[sig]), []).append((w, c))
             all_corr.append((w, c))
 
     fam = _layout_family(layout)
     preds = []
     for name, alg, cfg in candidates:
-        sig = fam + "|" + signature(alg, cfg)
+        variant = kernel_variant(op, dtype, alg)
+        sig = fam + "|" + signature(variant, cfg)
         m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg))
         seen = [(d, t) for d, t in near if sig in t.corrections][:NEIGHBORS_PER_KERNEL]
         if seen:
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
-        elif (family_rows := alg_corr.get(fam + "|" + alg)):
+        elif (family_rows := alg_corr.get(fam + "|" + variant)):
             corr = _wmean(family_rows) + UNSEEN_KERNEL
             basis = f"model + its family's correction ({len(family_rows)} neighbour rows)"
         elif all_corr:

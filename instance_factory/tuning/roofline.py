@@ -26,12 +26,13 @@ from .model_constants import (
     PEAK_FLOPS,
     POINTER_GEMMS,
     TAPS_IN_COLUMNS,
+    TF32_SPLIT_FAMILIES,
     UNALIGNED_FACTOR,
 )
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
-__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms", "with_floor"]
+__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms", "tf32_split", "with_floor"]
 
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
@@ -54,6 +55,18 @@ def _cdiv(a: int, b: int) -> int:
 
 def _compute_type(dtype: str) -> str:
     return {"fp32_tf32": "tf32", "fp16_fp8": "fp8", "bf16_fp32w": "bf16"}.get(dtype, dtype)
+
+
+def tf32_split(op: str, dtype: str, algorithm: str) -> bool:
+    """Whether this kernel runs fp32 (tf32 compute) as three bf16 products (kernels/common.dot_tn)."""
+    return dtype == "fp32_tf32" and op == "conv_bwd_weight" and algorithm in TF32_SPLIT_FAMILIES
+
+
+def _tensor_rate(op: str, dtype: str, algorithm: str) -> float:
+    """The tensor-core rate of this kernel's dots (FLOP/s): three bf16 products per fp32 one where split."""
+    if tf32_split(op, dtype, algorithm):
+        return PEAK_FLOPS["bf16"] / 3
+    return PEAK_FLOPS.get(_compute_type(dtype), 350e12)
 
 
 def _elem_bytes(dtype: str) -> int:
@@ -105,7 +118,7 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             fill *= ONE_CTA_EFFICIENCY
         padded = 2.0 * tiles * bm * bn * k
         compute_s = padded * dgrad_channel_padding(op, params, cfg) / (
-            PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill) + serial_s
+            _tensor_rate(op, dtype, algorithm) * fill) + serial_s
         if op == "conv_bwd_weight" and params.G == 1:
             compute_s = max(compute_s, tiles * (bm + bn) * k * _elem_bytes(dtype) / L2_BW)
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
