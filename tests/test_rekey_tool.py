@@ -45,3 +45,18 @@ def test_only_rekeys_the_rows_whose_launch_ran_unchanged_code():
         text, changed, kept = tool._rekey_csv(_text(rows), mapping, tool._any_of(only))
         got = {r[0] for r in list(csv.reader(io.StringIO(text)))[1:] if r[1] == "new"}
         assert got == moved and (changed, kept) == (len(moved), len(rows) - len(moved))
+
+
+def test_evidence_lines_are_rekeyed_only_where_the_check_can_judge_them():
+    """Session 32's dot_tn: a 16-bit evidence line of a TMA wgrad family ran unchanged code (re-keyed), a
+    tf32 one did not (stale); a check that needs the launch plan leaves every evidence line stale."""
+    lines = [{"op": "conv_bwd_weight", "dtype": dt, "kernel_hash": "old",
+              "instance": f"conv_bwd_weight-{alg}-NHWGC_GKYXC_NHWGK-{dt}-passthrough-m64_n64"}
+             for alg, dt in (("tma", "fp16"), ("shift", "bf16_fp32w"), ("tma", "fp32_tf32"), ("igemm", "fp16"))]
+    text = "\n".join(json.dumps(r) for r in lines) + "\n"
+    mapping = {r["instance"]: ("old", "new") for r in lines}
+    out, changed, kept = tool._rekey_jsonl(text, mapping, tool._any_of("wgrad_tma_16bit"))
+    assert [json.loads(x)["kernel_hash"] for x in out.splitlines()] == ["new", "new", "old", "old"]
+    assert (changed, kept) == (2, 2)
+    out, changed, _ = tool._rekey_jsonl(text, mapping, tool._any_of("pointwise_reduce_none"))
+    assert changed == 0 and out == text

@@ -12,7 +12,8 @@ is left as it is, so it stays stale.
 
 A kernel change that a row's run never launched leaves that row's measurement valid too:
 ``apply old.json new.json --only CHECK[,CHECK] FILES`` re-keys only the database rows that one of the
-named checks (``ONLY`` below) accepts; evidence lines are left stale. Session 29 changed pointwise
+named checks (``ONLY`` below) accepts; an evidence line only where the check can judge it from the
+line's op, dtype and instance (a check that needs the problem's launch plan leaves it stale). Session 29 changed pointwise
 wgrad's reduce pass twice (H0 -> H1: BLOCK_S slabs a step everywhere; H1 -> H2: one slab a step,
 H0's code, where the full rows fill the GPU), so:
 
@@ -117,13 +118,22 @@ def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tup
     return out.getvalue(), changed, kept
 
 
-def _rekey_jsonl(text: str, mapping: dict[str, tuple[str, str]]) -> tuple[str, int, int]:
+def _evidence_accepts(only, rec: dict) -> bool:
+    """Whether ``only`` accepts an evidence line (its algorithm read from the instance name); a check
+    that needs fields evidence lines lack (a problem key, a timestamp) leaves the line stale."""
+    try:
+        return bool(only({**rec, "algorithm": rec["instance"].split("-")[1]}))
+    except (KeyError, IndexError, ValueError):
+        return False
+
+
+def _rekey_jsonl(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
     lines, changed, kept = [], 0, 0
     for line in text.splitlines():
         rec = json.loads(line) if line.strip() else None
         if isinstance(rec, dict) and "kernel_hash" in rec and "instance" in rec:
             old_new = mapping.get(rec["instance"])
-            if old_new and rec["kernel_hash"] == old_new[0]:
+            if old_new and rec["kernel_hash"] == old_new[0] and (only is None or _evidence_accepts(only, rec)):
                 line = line.replace(f'"kernel_hash": "{old_new[0]}"', f'"kernel_hash": "{old_new[1]}"')
                 changed += 1
             else:
@@ -140,10 +150,8 @@ def apply(old_path: str, new_path: str, files: list[str], only: str | None = Non
         text = (gzip.decompress(raw) if is_compressed(f) else raw).decode("utf-8")  # the shipped tier: gzip'd
         if f.endswith((".csv", ".csv.gz")):
             out, changed, kept = _rekey_csv(text, mapping, _any_of(only) if only else None)
-        elif only:
-            continue  # evidence lines carry no launch plan: they stay stale
-        else:
-            out, changed, kept = _rekey_jsonl(text, mapping)
+        else:  # evidence lines: re-keyed where the check can judge them from op, dtype and instance
+            out, changed, kept = _rekey_jsonl(text, mapping, _any_of(only) if only else None)
         if out != text:
             tmp = Path(f + ".rekey.tmp")
             tmp.write_bytes(encode_text(f, out))  # the bytes storage.write_db would write
