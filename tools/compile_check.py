@@ -7,6 +7,10 @@ the interpreter does not (layouts, tl.dot shapes, shared memory, register pressu
 time is spent; it says nothing about speed.
 
     python tools/compile_check.py --pattern '*blockdiag*' --dtype bf16 --problem 2d-g64-n64-k4-c4-f3x3-i56x56-s1x1-d1x1-l1x1-r1x1
+    python tools/compile_check.py --op conv_bwd_weight --pattern '*-tma-*' --dtype fp32_tf32 --operands --problem ...
+
+Under a side venv with the device's Triton (``pip install triton==3.6.0 torch==2.13.0``), the code is what the
+GPU machine would build.
 """
 
 from __future__ import annotations
@@ -110,6 +114,23 @@ def memory_ops(kernel) -> str:
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
 
 
+def operand_paths(kernel) -> dict[str, int]:
+    """How the tensor-core operands reach the MMA, read from the TTGIR: wgmma (warp_group_dot) count and
+    how many take A from registers; shared-memory round trips (a ``local_load`` of a landed tile whose
+    registers go back through ``local_alloc``: Triton re-laying a tile, e.g. into tf32's K-major order);
+    and 4-byte ``cp.async`` copies (element-wise transposes of pointer loads). Session 32 found the
+    channels-last tf32 wgrad slowdown this way: 4-byte copies in igemm, a round trip per operand in tma."""
+    ttgir = kernel.asm["ttgir"]
+    dots = [ln for ln in ttgir.splitlines() if "ttng.warp_group_dot " in ln]
+    return {"wgmma": len(dots),
+            "wgmma_a_in_registers": sum("#ttg.dot_op<{opIdx = 0" in ln.split("*")[0] for ln in dots),
+            "mma_v2": ttgir.count("tt.dot "),
+            "local_load": len(re.findall(r"ttg\.local_load ", ttgir)),
+            "local_alloc_from_registers": len(re.findall(r"ttg\.local_alloc %", ttgir)),
+            "cp_async_4byte": len(re.findall(r"cp\.async\.ca\.shared\.global \[[^]]*\], \[[^]]*\], 0x4\b",
+                                             kernel.asm["ptx"]))}
+
+
 def dump_sass(kernel, stem: str, sass: str) -> None:
     """``stem``.sass (``sass``: cuobjdump --dump-sass of the cubin) and ``stem``.ptx: read the inner
     loop's instruction mix without a GPU."""
@@ -180,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--sass", metavar="DIR", help="also write each kernel's SASS (cuobjdump) and PTX here")
     ap.add_argument("--loops", action="store_true", help="print each SASS loop's size and instruction mix")
+    ap.add_argument("--operands", action="store_true", help="print how the MMA operands arrive (operand_paths)")
     ns = ap.parse_args(argv)
     target = GPUTarget("cuda", ns.arch, 32)
     p = ConvParams.from_key(ns.problem)
@@ -210,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"stack {use.get('stack', -1):4d} smem {k.metadata.shared:6d}  {memory_ops(k)}")
                     if ns.loops:
                         print(_loop_summary(sass))
+                    if ns.operands:
+                        print("    operands: " + ", ".join(f"{k} {v}" for k, v in operand_paths(k).items()))
                 except Exception as exc:  # report and go on: the point is the list of failures
                     failures += 1
                     print(f"{inst.name:90s} {fn.__name__:24s} FAILED {type(exc).__name__}: {str(exc)[:300]}")
