@@ -1,8 +1,11 @@
 """tools/compile_check.py: kernels built for sm_90 on a machine without a GPU (Triton's wheel carries
-ptxas), and its report of how the MMA operands arrive (session 32's diagnosis of tf32 wgrad)."""
+ptxas), and its report of how the MMA operands arrive (session 32's diagnosis of tf32 wgrad). Run as a
+subprocess: the kernels must be imported outside the interpreter."""
 
-import importlib.util
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +17,15 @@ pytestmark = pytest.mark.skipif(not PTXAS.exists() and not shutil.which("ptxas")
                                 reason="no ptxas: this Triton cannot build for NVIDIA targets")
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("compile_check", ROOT / "tools" / "compile_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_tf32_wgrad_operands_take_the_three_bf16_products(capsys, monkeypatch):
+def test_tf32_wgrad_operands_take_the_three_bf16_products():
     """tma wgrad in fp32_tf32: three wgmma per step (kernels/common.dot_tn's hi/lo products), A from
     registers, no element-wise 4-byte copies; the report line names each count."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    tool = _tool()
-    rc = tool.main(["--op", "conv_bwd_weight", "--dtype", "fp32_tf32", "--operands",
-                    "--pattern", "*-tma-*m128_n128_k32_gm8_w8_s3_rows1_skauto",
-                    "--problem", "2d-g1-n8-k128-c128-f3x3-i28x28-s1x1-d1x1-l1x1-r1x1"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    gemm = out.split("_bwd_weight_tma_kernel")[1].split("\n")[1]
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "compile_check.py"), "--op", "conv_bwd_weight", "--dtype", "fp32_tf32",
+         "--operands", "--pattern", "*-tma-*m128_n128_k32_gm8_w8_s3_rows1_skauto",
+         "--problem", "2d-g1-n8-k128-c128-f3x3-i28x28-s1x1-d1x1-l1x1-r1x1"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    gemm = run.stdout.split("_bwd_weight_tma_kernel")[1].split("\n")[1]
     assert "wgmma 3, wgmma_a_in_registers 3" in gemm and "cp_async_4byte 0" in gemm, gemm
