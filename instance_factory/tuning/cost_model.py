@@ -56,7 +56,7 @@ from .model_constants import (
 from .roofline import gemm_shape, model_ms, tf32_split
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
-           "kernel_ms", "model_ms", "neighbor_distance", "rank", "signature"]
+           "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "signature"]
 
 def conv_class(params: Any) -> str:
     """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""
