@@ -19,10 +19,9 @@ step. Rows whose input plane id falls outside the input (3-D padding) are pointe
 so their box is zero. Only channels-last input and grad_out with unit channel stride and a W stride
 of 1 run here, in fp16, bf16 (also with an fp32 weight gradient) and fp32 with tf32 compute. Both
 operands arrive M/N-major (channels contiguous). wgmma reads such a transposed tile from shared memory
-for 16-bit types; for tf32 (K-major tiles only) Triton copies each landed box once more, through
-registers, into K-major order: one extra tile of shared memory (:func:`tf32_smem_reason`) and a
-shared-memory round trip, still far cheaper than the pointer kernels' element-wise 4-byte
-``cp.async`` transposes (session 32). True fp32 (ieee) has no tensor-core path and declines to ``igemm``.
+for 16-bit types but not for tf32, so fp32 tiles are split into bf16 hi + lo parts and multiplied as
+three bf16 products (``common.dot_tn``, session 32): the B parts go back to shared memory, one extra
+tile's worth (:func:`tf32_smem_reason`). True fp32 (ieee) has no tensor-core path and declines to ``igemm``.
 
 Launches: the GEMM (the epilogue from the accumulator with one split, else fp32 slices per split)
 and, with several splits, ``bwd_weight_igemm``'s fixed-order reduce + epilogue (deterministic). The
@@ -65,8 +64,8 @@ __all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "BwdWeightTmaConfig", "bind", "choos
            "tma_wgrad_reason"]
 
 OP_NAME = "conv_bwd_weight"
-# the dtypes of the TMA bwd-weight families: tensor-core dots (fp32 with tf32 compute transposes its boxes
-# in shared memory first, see the module docstring)
+# the dtypes of the TMA bwd-weight families: tensor-core dots (fp32 with tf32 compute as three bf16 products
+# of hi / lo parts, common.dot_tn)
 TMA_WGRAD_DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
@@ -232,16 +231,16 @@ def tma_wgrad_reason(family: str, dtype: DataType) -> str | None:
 def tf32_smem_reason(family: str, cfg: GemmTileConfig, dtype: DataType) -> str | None:
     """Why ``cfg``'s 4-byte tiles do not fit a Hopper SM's shared memory, or None (always None for
     16-bit data, which the configs' own check covers). A tf32 config keeps the pipeline's fp32 boxes
-    plus the larger operand tile once more in K-major order (Triton 3.6, sm_90 compiles: e.g. m128 n128
-    k32 with 3 stages uses 80 KiB = 2 stages of boxes + one 128x32 fp32 tile; counted here with all
-    num_stages, as Triton versions differ in the buffers they keep)."""
+    plus one more tile's worth: dot_tn's bf16 hi and lo parts of the B tile (Triton 3.6, sm_90 compiles:
+    m128 n128 k32 with 3 stages uses 80 KiB = 2 stages of boxes + one 128x32 fp32 tile); counted here
+    with all num_stages, as Triton versions differ in the buffers they keep."""
     if dtype.data.itemsize == 2:
         return None
     need = cfg.smem_bytes(4) + max(cfg.block_m, cfg.block_n) * cfg.block_k * 4
     if need > SMEM_PER_BLOCK:
         return (f"{family} m{cfg.block_m} n{cfg.block_n} k{cfg.block_k} with num_stages={cfg.num_stages} needs "
                 f"{need // 1024} KiB of shared memory for fp32 tiles (tf32 compute: the pipeline's boxes plus "
-                f"one K-major copy for wgmma), over {SMEM_PER_BLOCK // 1024} KiB")
+                f"the bf16 hi / lo parts of a tile), over {SMEM_PER_BLOCK // 1024} KiB")
     return None
 
 
