@@ -143,12 +143,17 @@ def fuse_residuals(model: nn.Module) -> int:
 # ------------------------------------------------------------------------------------------------
 # one step, gradients, timing
 # ------------------------------------------------------------------------------------------------
-def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> float:
+def issue_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> torch.Tensor:
+    """One forward + backward of cross-entropy, issued: returns the loss without waiting for the GPU."""
     model.zero_grad(set_to_none=True)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
         loss = F.cross_entropy(model(x).float(), y)
     loss.backward()
-    return float(loss.detach())
+    return loss
+
+
+def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> float:
+    return float(issue_step(model, x, y, autocast).detach())
 
 
 def gradients(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -208,10 +213,7 @@ def _timed_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bo
     synchronisation. A step whose issue time is close to its wall time is host-bound."""
     _sync(x.device)
     t0 = time.perf_counter()
-    model.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-        loss = F.cross_entropy(model(x).float(), y)
-    loss.backward()
+    issue_step(model, x, y, autocast)
     t1 = time.perf_counter()
     _sync(x.device)
     return (time.perf_counter() - t0) * 1e3, (t1 - t0) * 1e3

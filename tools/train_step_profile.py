@@ -22,7 +22,7 @@ import os
 import time
 
 import torch
-import torch.nn.functional as F
+from train_step_check import Precompiler, backward_problems, fuse_residuals, issue_step  # tools/: this script's dir
 
 import instance_factory.torch as ift
 
@@ -31,11 +31,8 @@ AUTOCAST = [True]  # bf16 autocast; --precision fp32: float32 steps at PyTorch's
 
 def _step(model, x, y) -> float:
     """One step; returns the host seconds until backward() returned (work issued, not finished)."""
-    model.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=AUTOCAST[0]):
-        loss = F.cross_entropy(model(x).float(), y)
-    loss.backward()
+    issue_step(model, x, y, AUTOCAST[0])
     return time.perf_counter() - t0
 
 
@@ -114,36 +111,37 @@ def main() -> int:
     ns = ap.parse_args()
     AUTOCAST[0] = ns.precision == "bf16"
     import torchvision
-    from train_step_check import Precompiler, backward_problems, fuse_residuals  # tools/ is this script's directory
 
     torch.backends.cudnn.benchmark = True
     os.makedirs(ns.out, exist_ok=True)
     results = {}
     pre = Precompiler(torch.device("cuda", torch.cuda.current_device()), 0)
-    for name in ns.models.split(","):
-        torch.manual_seed(0)
-        fmt = torch.channels_last if ns.memory_format == "channels_last" else torch.contiguous_format
-        ref = getattr(torchvision.models, name)(weights=None).cuda().to(memory_format=fmt).train()
-        ours = ift.convert(copy.deepcopy(ref))
-        x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
-        y = torch.randint(0, 1000, (ns.batch,), device="cuda")
-        # compile the layers' instances in worker processes first (train_step_check's precompiler), so
-        # that the profiled warm-up steps do not compile them one after another
-        print(name, "precompile", pre.compile(backward_problems(ours, x, AUTOCAST[0]), timeout_s=240), flush=True)
-        results[name] = {"ours": profile(ours, x, y, ns.iters), "cudnn": profile(ref, x, y, ns.iters)}
-        if ns.fuse_residual:
-            fused = ift.convert(copy.deepcopy(ref))
-            if fuse_residuals(fused):
-                results[name]["ours_fused"] = profile(fused, x, y, ns.iters)
-        if ns.cprofile:
-            _host_profile(ours, x, y, os.path.join(ns.out, f"{name}_host_profile.txt"))
-        for side in results[name]:
-            r = results[name][side]
-            print(f"{name:16s} {side:10s} wall {r['wall_ms']:7.2f} ms  issue {r['issue_ms']:7.2f} ms  "
-                  f"GPU {r['gpu_total_ms']:7.2f} ms {r['gpu_ms']}")
-        for k, v in results[name]["ours"]["top_kernels"][:8]:
-            print(f"    ours top: {v:7.3f} ms  {k}")
-    pre.close()
+    try:
+        for name in ns.models.split(","):
+            torch.manual_seed(0)
+            fmt = torch.channels_last if ns.memory_format == "channels_last" else torch.contiguous_format
+            ref = getattr(torchvision.models, name)(weights=None).cuda().to(memory_format=fmt).train()
+            ours = ift.convert(copy.deepcopy(ref))
+            x = torch.randn(ns.batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
+            y = torch.randint(0, 1000, (ns.batch,), device="cuda")
+            # compile the layers' instances in worker processes first (train_step_check's precompiler), so
+            # that the profiled warm-up steps do not compile them one after another
+            print(name, "precompile", pre.compile(backward_problems(ours, x, AUTOCAST[0]), timeout_s=240), flush=True)
+            results[name] = {"ours": profile(ours, x, y, ns.iters), "cudnn": profile(ref, x, y, ns.iters)}
+            if ns.fuse_residual:
+                fused = ift.convert(copy.deepcopy(ref))
+                if fuse_residuals(fused):
+                    results[name]["ours_fused"] = profile(fused, x, y, ns.iters)
+            if ns.cprofile:
+                _host_profile(ours, x, y, os.path.join(ns.out, f"{name}_host_profile.txt"))
+            for side in results[name]:
+                r = results[name][side]
+                print(f"{name:16s} {side:10s} wall {r['wall_ms']:7.2f} ms  issue {r['issue_ms']:7.2f} ms  "
+                      f"GPU {r['gpu_total_ms']:7.2f} ms {r['gpu_ms']}")
+            for k, v in results[name]["ours"]["top_kernels"][:8]:
+                print(f"    ours top: {v:7.3f} ms  {k}")
+    finally:
+        pre.close()
     with open(os.path.join(ns.out, f"train_step_profile_{ns.memory_format}_{ns.precision}.json"), "w") as f:
         json.dump(results, f, indent=1)
     return 0

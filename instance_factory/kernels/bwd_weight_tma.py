@@ -60,13 +60,15 @@ from .host import (
     sm_count,
 )
 
-__all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "BwdWeightTmaConfig", "bind", "choose_split", "decline", "tf32_smem_reason",
-           "tma_wgrad_reason"]
+__all__ = ["ALGORITHM", "TMA_WGRAD_DTYPES", "TMA_WGRAD_FAMILIES", "BwdWeightTmaConfig", "bind", "choose_split",
+           "decline", "tf32_smem_reason", "tma_wgrad_reason"]
 
 OP_NAME = "conv_bwd_weight"
 # the dtypes of the TMA bwd-weight families: tensor-core dots (fp32 with tf32 compute as three bf16 products
 # of hi / lo parts, common.dot_tn)
 TMA_WGRAD_DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")
+# the families whose dots go through common.dot_tn (and tma_wgrad_reason): fp32_tf32 runs as the split there
+TMA_WGRAD_FAMILIES = frozenset({"tma", "shift", "pointwise", "rowstack"})
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _MAX_GRID = 2**31 - 1

@@ -94,7 +94,7 @@ def dot_tn(a, b, acc, OPERANDS: tl.constexpr):
 def dot_operands(dtype: DataType) -> int:
     """dot_tn's OPERANDS for ``dtype``: fp32 tiles (tf32 compute) split into bf16 parts; in the
     interpreter bf16 operands go to tl.dot as fp32."""
-    split = dtype.data == torch.float32
+    split = dtype.compute == "tf32"
     upcast = interpreting() and (split or dtype.data == torch.bfloat16)
     return (OPERANDS_SPLIT.value if split else OPERANDS_NATIVE.value) + (1 if upcast else 0)
 

@@ -9,13 +9,6 @@ import math
 #: dense tensor-core rate per compute type, FLOP/s (~790 T measured for bf16 matmul, ARCHITECTURE.md)
 PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
 CUDA_CORE_FLOPS = 50e12  # algorithms without tensor-core tiles (direct, depthwise)
-# bwd-weight families that run fp32 (tf32 compute) as three bf16 products of hi/lo parts
-# (kernels/common.dot_tn, session 32): modelled at a third of the bf16 rate, and their fp32 rows keep
-# corrections of their own (a bf16 row of the same tile says little: the split costs 2-3x more there).
-# Session 32 (H100 rows): without this, 7 of the 32 split-kernel defaults for ResNet-50 / MobileNetV2 fp32
-# wgrad at batch 64 were tiles never timed in fp32, ranked by their bf16 rows (with it: 0 of 35);
-# leave-one-out NHWGC tf32 wgrad 0.872 -> 0.898.
-TF32_SPLIT_FAMILIES = frozenset({"tma", "shift", "pointwise", "rowstack"})
 MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
 L2_BW = 8.0e12  # operand reads: a tile reads (block_m + block_n) x its reduction (many on small tiles)
 DEFAULT_SMS, MAX_SPLIT = 132, 64
