@@ -4,8 +4,10 @@ A config file declares, per op, the supported combinations (layout family x ndim
 op) and, under ``families``, one or more algorithms (kernel families) with tile/pipeline parameter
 lists. Expansion is the filtered product of each algorithm's parameter lists; ``constraints`` (small
 arithmetic expressions over the parameter names) and the checks of the algorithm's config class
-(``KernelConfig.check``) cull configs, and every culled config is logged with its reason. Mistakes
-in a file are ``ConfigError``s naming the file, entry and problem.
+(``KernelConfig.check``) cull configs, and every culled config is logged with its reason. A constraint
+may also name ``elem_bytes``, the element size of a combination's data type (4 for fp32 / fp32_tf32,
+2 for fp16 / bf16): it culls a config for those data types only (a tile shape that suits one width).
+Mistakes in a file are ``ConfigError``s naming the file, entry and problem.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Culled:
     algorithm: str
     config: tuple[tuple[str, Any], ...]
     reason: str
+    dtype: str = ""  # set when an elem_bytes constraint culled the config for this data type only
 
 
 @dataclass
@@ -79,23 +82,45 @@ def _list_of(value: Any, kind: type | tuple[type, ...], path: Path, entry: str, 
     return value
 
 
-def _compile_constraint(expr: str, names: set[str], path: Path, entry: str):
+# Per-combination names a constraint may use beside the parameters.
+_DTYPE_NAMES = ("elem_bytes",)
+
+
+def _compile_constraint(expr: str, names: set[str], path: Path, entry: str) -> tuple[Any, set[str]]:
+    """The constraint's code object and the names it reads."""
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as exc:
         raise ConfigError(path, entry, f"constraint {expr!r} is not an expression: {exc.msg}") from exc
+    used = set()
     for node in ast.walk(tree):
         _want(isinstance(node, _EXPR_NODES), path, entry,
               f"constraint {expr!r} uses {type(node).__name__}; only arithmetic and comparisons are allowed")
         if isinstance(node, ast.Name):
             _want(node.id in names, path, entry,
                   f"constraint {expr!r} names {node.id!r}, which is not a parameter ({', '.join(sorted(names))})")
-    return compile(tree, f"<{path}:{entry}>", "eval")
+            used.add(node.id)
+    return compile(tree, f"<{path}:{entry}>", "eval"), used
 
 
-def _expand_algorithm(path: Path, op: str, idx: int, spec: dict) -> tuple[list[dict], list[Culled]]:
+@dataclass(frozen=True)
+class _DtypeConstraint:
+    text: str
+    code: Any
+
+    def reason(self, cfg: dict, dtype: str) -> str | None:
+        """Why ``cfg`` does not suit ``dtype`` (the constraint is false), or None."""
+        env = {**cfg, "elem_bytes": DATA_TYPES[dtype].data.itemsize}
+        if eval(self.code, {"__builtins__": {}}, env):  # noqa: S307 (AST-checked)
+            return None
+        return f"constraint {self.text!r} is false for {dtype} (elem_bytes={env['elem_bytes']})"
+
+
+def _expand_algorithm(path: Path, op: str, idx: int,
+                      spec: dict) -> tuple[list[dict], list[Culled], list[_DtypeConstraint]]:
     """One entry of the file's ``families`` list (an algorithm with its parameter lists) -> the
-    configs kept and those culled."""
+    configs kept, those culled, and the constraints that depend on the data type (applied per
+    combination by :func:`expand_file`)."""
     entry = f"families[{idx}]"
     _want(isinstance(spec, dict), path, entry, "must be a mapping")
     unknown = set(spec) - _ALGORITHM_ENTRY_KEYS
@@ -126,7 +151,14 @@ def _expand_algorithm(path: Path, op: str, idx: int, spec: dict) -> tuple[list[d
     constraints = spec.get("constraints", [])
     _want(isinstance(constraints, list) and all(isinstance(c, str) for c in constraints), path, entry,
           "constraints must be a list of expression strings")
-    compiled = [(c, _compile_constraint(c, set(alg.param_names), path, f"{entry}.constraints")) for c in constraints]
+    names = set(alg.param_names) | set(_DTYPE_NAMES)
+    compiled, per_dtype = [], []
+    for c in constraints:
+        code, used = _compile_constraint(c, names, path, f"{entry}.constraints")
+        if used & set(_DTYPE_NAMES):
+            per_dtype.append(_DtypeConstraint(c, code))
+        else:
+            compiled.append((c, code))
 
     candidates: list[tuple[dict, bool]] = []  # (config, came from the explicit list)
     if params:
@@ -167,7 +199,7 @@ def _expand_algorithm(path: Path, op: str, idx: int, spec: dict) -> tuple[list[d
                 why = next((c.reason for c in culled if dict(c.config)[p] == v), "no config kept")
                 raise ConfigError(path, f"{entry}.params.{p}",
                                   f"value {v!r} survives in no config (impossible tile): {why}")
-    return kept, culled
+    return kept, culled, per_dtype
 
 
 def load_kernel_modules() -> None:
@@ -198,13 +230,30 @@ def expand_file(path: Path | str) -> Expansion:
         _want(isinstance(doc.get(key), list) and doc[key], path, key, "must be a non-empty list")
 
     configs_of: dict[str, list[dict]] = {}  # algorithm -> its configs kept
+    dtype_constraints: dict[str, list[_DtypeConstraint]] = {}
     exp = Expansion()
     for i, spec in enumerate(doc["families"]):
-        kept, culled = _expand_algorithm(path, op, i, spec)
+        kept, culled, per_dtype = _expand_algorithm(path, op, i, spec)
         name = spec["algorithm"]
         _want(name not in configs_of, path, f"families[{i}]", f"algorithm {name!r} is declared twice")
         configs_of[name] = kept
+        dtype_constraints[name] = per_dtype
         exp.culled.extend(culled)
+
+    configs_for: dict[tuple[str, str], list[dict]] = {}  # (algorithm, dtype) -> the configs that suit it
+
+    def suited(alg: str, dt: str) -> list[dict]:
+        """``alg``'s configs minus those its elem_bytes constraints cull for ``dt`` (logged once)."""
+        if (alg, dt) not in configs_for:
+            keep = []
+            for cfg in configs_of[alg]:
+                why = next((w for con in dtype_constraints[alg] if (w := con.reason(cfg, dt)) is not None), None)
+                if why is None:
+                    keep.append(cfg)
+                else:
+                    exp.culled.append(Culled(str(path), alg, tuple(cfg.items()), why, dt))
+            configs_for[(alg, dt)] = keep
+        return configs_for[(alg, dt)]
 
     seen: set[str] = set()
     for i, sup in enumerate(doc["support"]):
@@ -221,7 +270,7 @@ def expand_file(path: Path | str) -> Expansion:
         algs = _list_of(sup.get("algorithms", list(configs_of)), str, path, f"{entry}.algorithms", list(configs_of))
         for lay, nd, dt, fo, alg in itertools.product(lays, ndims, dts, fops, algs):
             exp.declared.add((op, lay, dt, nd, fo))
-            for cfg in configs_of[alg]:
+            for cfg in suited(alg, dt):
                 inst = Instance(op, alg, lay, nd, dt, fo, tuple(cfg.items()), source=f"{path.name}:{entry}")
                 if inst.name not in seen:
                     seen.add(inst.name)

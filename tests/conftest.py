@@ -22,3 +22,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def bound_kernels(monkeypatch):
+    """``bound_kernels(module)`` -> a list that receives, for every ``BoundKernel`` the module builds from
+    then on, its launch keywords (constexprs, num_warps, ...) plus ``grid``: what a bind chose."""
+
+    def spy_on(module) -> list[dict]:
+        made: list[dict] = []
+        real = module.BoundKernel
+
+        def spy(kernel, grid, **kw):
+            made.append({**kw, "grid": grid})
+            return real(kernel, grid, **kw)
+
+        monkeypatch.setattr(module, "BoundKernel", spy)
+        return made
+
+    return spy_on

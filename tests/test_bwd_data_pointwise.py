@@ -105,21 +105,14 @@ def test_programs_walk_several_tiles():
     run_case(p, "gnhwc", cfg=dict(group_m=8))
 
 
-def test_persistent_grid_is_capped(monkeypatch):
+def test_persistent_grid_is_capped(monkeypatch, bound_kernels):
     """The launch has at most programs_per_sm x SMs programs, however many tiles there are."""
-    seen = {}
-    real = bwd_data_pointwise.BoundKernel
-
-    def spy(kernel, grid, **kw):
-        seen["grid"] = grid
-        return real(kernel, grid, **kw)
-
-    monkeypatch.setattr(bwd_data_pointwise, "BoundKernel", spy)
+    launches = bound_kernels(bwd_data_pointwise)
     monkeypatch.setattr(bwd_data_pointwise, "sm_count", lambda dev: 2)
     p = P(2, 1, 2, 16, 32, (8, 10))  # 160 positions: 3 row tiles x 2 channel tiles
     run_case(p)
     cfg = ALG.config.from_values(BASE_CFG)
-    assert seen["grid"] == (min(6, 2 * bwd_data_pointwise.programs_per_sm(cfg, 4)),)
+    assert launches[-1]["grid"] == (min(6, 2 * bwd_data_pointwise.programs_per_sm(cfg, DATA_TYPES["fp32"])),)
 
 
 @pytest.mark.parametrize("dtype", ["fp32_tf32", "fp16", "bf16"])
@@ -164,6 +157,33 @@ def test_declines_say_why():
     assert "registers" in cfg.replace(block_m=256, block_n=256, num_warps=8).check()
 
 
+@pytest.mark.parametrize("tile,tf32_fits", [
+    (dict(block_m=128, block_n=256, block_k=32, num_warps=8, num_stages=3), False),  # sm_90: 272 KiB, OutOfResources
+    (dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3), False),  # 256 KiB
+    (dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3), True),   # 224 KiB: builds
+    (dict(block_m=256, block_n=128, block_k=32, num_warps=8, num_stages=3), True),   # 208 KiB: builds
+])
+def test_declines_count_the_epilogues_shared_memory(tile, tf32_fits):
+    """The persistent loop keeps the operand pipeline alive while the epilogue stages the fp32
+    accumulator through shared memory: tf32 tiles whose two parts pass 227 KiB are declined (sm_90
+    builds of these four failed / built as marked); the same tiles fit in 16-bit."""
+    cfg = ALG.config.from_values({**BASE_CFG, **tile})
+    p, nhwgc, fused = P(2, 1, 1, 16, 16, (6, 6)), layout_for("nhwgc", 2), FUSED_OPS["passthrough"]
+    why = ALG.decline(cfg, p, nhwgc, DATA_TYPES["fp32_tf32"], fused)
+    assert (why is None) == tf32_fits, why
+    if not tf32_fits:
+        assert "shared memory for fp32_tf32 (operand pipeline and epilogue)" in why
+    assert ALG.decline(cfg, p, nhwgc, DATA_TYPES["bf16"], fused) is None
+
+
+def test_two_programs_an_sm_only_when_both_fit():
+    """64x128 tf32 tiles with 4 stages take 128 KiB each (operands + epilogue): one program an SM."""
+    small = ALG.config.from_values({**BASE_CFG, **dict(block_m=64, block_n=128, block_k=32, num_warps=4)})
+    assert bwd_data_pointwise.programs_per_sm(small.replace(num_stages=3), DATA_TYPES["fp32_tf32"]) == 2
+    assert bwd_data_pointwise.programs_per_sm(small.replace(num_stages=4), DATA_TYPES["fp32_tf32"]) == 1
+    assert bwd_data_pointwise.programs_per_sm(small.replace(num_stages=4), DATA_TYPES["bf16"]) == 2
+
+
 def test_bind_refuses_a_declined_problem():
     p = ConvParams(2, 1, 1, 16, 16, (3, 3), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1))
     lt = layout_for("nhwgc", 2)
@@ -182,3 +202,19 @@ def test_registered_configs_are_persistent_tiles():
              if i.algorithm == "pointwise"}
     assert "m128_n256_k64_gm8_w8_s3" in names and "m128_n128_k64_gm8_w4_s3" in names
     assert len(names) == 30
+
+
+@pytest.mark.parametrize("k,strides", [(32, (1, 1)), (20, (2, 2))])
+def test_tf32_reads_a_k_major_copy_of_the_weight(k, strides, bound_kernels):
+    """tf32's wgmma reads K-major tiles only: bwd data runs on a [G, C, K] copy of the weight (its rows are
+    16-byte aligned: pointwise already needs K % 4 == 0 in fp32 for grad_out's boxes); 16-bit data reads the
+    weight itself."""
+    launches = bound_kernels(bwd_data_pointwise)
+    p = S(2, 2, 2, k, 24, (6, 7), strides) if strides != (1, 1) else P(2, 2, 2, k, 24, (5, 7))
+    run_case(p, "nhwgc", "fp32_tf32")
+    assert launches[-1]["W_KMAJOR"]
+    if k == 32:
+        run_case(p, "gnhwc", "fp32_tf32")
+        assert launches[-1]["W_KMAJOR"]
+        run_case(p, "nhwgc", "fp16")  # 16-bit wgmma reads the weight's own (N-major) tiles
+        assert launches[-1]["W_KMAJOR"] is False

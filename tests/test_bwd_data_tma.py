@@ -106,3 +106,15 @@ def test_declines_say_why():
     assert "no 'fp16_fp8' variant" in ALG.decline(cfg, p, layout_for("nhwgc", 2), DATA_TYPES["fp16_fp8"], fused)
     assert cfg.replace(block_h=3).check() == "block_h=3 must be a power of two <= 256 (a TMA box dim)"
     assert "64..256 rows" in cfg.replace(block_h=4, block_w=4).check()
+
+
+@pytest.mark.parametrize("name", ["3x3-s2-p1", "7x7-s2-p3", "s2-d2", "1d-k3-s2", "3d-s2-d", "G=3"])
+def test_tf32_reads_a_k_major_copy_of_the_weight(name, bound_kernels):
+    """tf32's wgmma reads K-major tiles only: tma bwd data runs on a [G, taps, C, K] copy of the weight
+    (every tap of every phase indexes it); 16-bit data reads the weight's own tiles."""
+    launches = bound_kernels(bwd_data_tma)
+    run_case(GEOMETRY[name], ("nhwgc", "gnhwc")[len(name) % 2], "fp32_tf32")
+    assert launches[-1]["W_KMAJOR"]
+    if name == "G=3":
+        run_case(GEOMETRY[name], "nhwgc", "bf16")
+        assert launches[-1]["W_KMAJOR"] is False

@@ -93,6 +93,27 @@ def test_registry_queries_and_decline_reasons(tmp_path):
     assert reg.counts()[("conv_bwd_data", "nhwgc", "fp16", 2, "add")] == 5
 
 
+def test_a_constraint_on_elem_bytes_culls_configs_for_those_data_types_only(tmp_path):
+    """``elem_bytes`` (4 for fp32 / fp32_tf32, 2 for fp16 / bf16) lets a tile suit one data width: the
+    config is culled for the other dtypes, once per (config, dtype), with the dtype in the reason."""
+    text = (GOOD.replace("dtypes: [fp16]", "dtypes: [fp16, fp32_tf32]")
+            .replace("      - num_warps == 4 or block >= 32", "      - block >= 32 or elem_bytes == 4"))
+    exp = expand_file(_write(tmp_path, text))
+    blocks = {(i.dtype, i.cfg["block"]) for i in exp.instances}
+    assert blocks == {("fp16", 32), ("fp16", 64), ("fp32_tf32", 16), ("fp32_tf32", 32), ("fp32_tf32", 64)}
+    assert len(exp.instances) == (2 * 2 + 3 * 2) * 2 * 2  # (fp16 + tf32 configs) x 2 layouts x 2 fused ops
+    culled = [c for c in exp.culled if c.dtype]
+    assert len(culled) == 2 and {c.dtype for c in culled} == {"fp16"}  # block16 x w4, w8
+    assert "'block >= 32 or elem_bytes == 4' is false for fp16 (elem_bytes=2)" in culled[0].reason
+    assert ("conv_bwd_data", "nhwgc", "fp16", 2, "add") in exp.declared
+
+
+def test_the_shipped_tma_bwd_data_family_has_k32_tiles_for_4_byte_data_only():
+    reg = get_registry()
+    ks = {(i.dtype, i.cfg["block_k"]) for i in reg.instances(op="conv_bwd_data") if i.algorithm == "tma"}
+    assert ks == {("fp32", 32), ("fp32", 64), ("fp32_tf32", 32), ("fp32_tf32", 64), ("fp16", 64), ("bf16", 64)}
+
+
 @pytest.mark.parametrize("text, where, problem", [
     ("op: conv_bwd_data\nsupport: []\nfamilies: []\nextra: 1\n", "file", "unknown key(s) ['extra']"),
     (GOOD.replace("num_warps: [4, 8]", "num_warps: [4, 8]\n      colour: [1]"), "families[0] (fake_test)",

@@ -35,10 +35,22 @@ def test_every_family_on_gpu(case):
     assert torch.cuda.is_available()
 
 
-def _bound_kernels(runner):
+def _bound_kernels(runner, depth: int = 3):
+    """The BoundKernels a runner launches: in its closure, or in the closures of the functions it calls
+    (relayout's runner wraps the channels-last twin's runner and its copy functions)."""
     from instance_factory.fast_launch import BoundKernel
 
-    return [c.cell_contents for c in runner.__closure__ or () if isinstance(c.cell_contents, BoundKernel)]
+    found = []
+    for cell in runner.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a name the function binds only on some paths: no kernel there
+            continue
+        if isinstance(value, BoundKernel):
+            found.append(value)
+        elif depth > 1 and callable(value) and getattr(value, "__closure__", None):
+            found += _bound_kernels(value, depth - 1)
+    return found
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}-{c.dtype}-{c.params.key()}")

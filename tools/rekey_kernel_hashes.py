@@ -79,6 +79,9 @@ OTHER_CHECKS = {
     # fp32_tf32 rows (bf16 hi/lo products now) stay stale
     "wgrad_tma_16bit": lambda row: (row["op"] == "conv_bwd_weight" and row["dtype"] != "fp32_tf32"
                                     and row["algorithm"] in ("tma", "shift", "pointwise", "rowstack", "relayout")),
+    # session 32 (branch s32-tf32-dgrad-wcopy): tma / pointwise dgrad read a K-major weight copy in tf32 only
+    "dgrad_wcopy_non_tf32": lambda row: (row["op"] == "conv_bwd_data" and row["dtype"] != "fp32_tf32"
+                                         and row["algorithm"] in ("tma", "pointwise", "relayout")),
     # relayout's fp32_tf32 wgrad rows ran a twin that the TMA families declined before session 32
     "wgrad_relayout_tf32_before_s32": lambda row: (row["op"] == "conv_bwd_weight" and row["dtype"] == "fp32_tf32"
                                                    and row["algorithm"] == "relayout"

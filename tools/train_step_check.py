@@ -18,6 +18,9 @@ steps interleaved so that host drift lands on both alike, with the issue time be
 until backward returned: a step whose issue time is near its wall time is host-bound).
 ``--fuse-residual`` adds ResNet-50 / ResNeXt-50 rows whose bottlenecks feed the skip branch through
 ``conv1.forward_with_skip`` (the skip gradient added inside conv_bwd_data, fused op "add").
+``--cuda-graph`` also captures each side's whole step in a CUDA graph (PyTorch's whole-network capture)
+and times the replays, interleaved: the step without host time, as ``torch.compile(mode="reduce-overhead")``
+or a hand-captured training loop runs it; ours' replayed gradients are compared with its eager step's.
 
 Before the first step, the backward kernels of every layer are compiled in worker processes into
 Triton's disk cache (the layers are recorded during a forward pass). Layers the tuning database
@@ -64,6 +67,10 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last",
                     help="model and input memory format (contiguous: PyTorch's default NCHW, served by the "
                          "channels-first instances)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="also capture each side's whole step in a CUDA graph and time its replays (no host in "
+                         "the loop: the GPU-bound comparison); ours' replayed gradients are checked against its "
+                         "eager step")
     return ap.parse_args()
 
 
@@ -236,6 +243,57 @@ def paired_step_times_ms(ref: nn.Module, ours: nn.Module, x: torch.Tensor, y: to
     return out
 
 
+def capture_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> torch.cuda.CUDAGraph:
+    """One step (forward, loss, backward) captured in a CUDA graph on the static ``x`` / ``y``, after warm-up
+    steps on a side stream (PyTorch's whole-network capture recipe). Gradients are None when capture starts,
+    so backward allocates them in the graph's pool and every replay rewrites them in place."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            issue_step(model, x, y, autocast)
+    torch.cuda.current_stream().wait_stream(side)
+    model.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        issue_step(model, x, y, autocast)
+    return graph
+
+
+def paired_graph_times_ms(graphs: dict[str, torch.cuda.CUDAGraph], warmup: int, iters: int) -> dict[str, list]:
+    """Replay times of the captured steps, interleaved like :func:`paired_step_times_ms`."""
+    for _ in range(warmup):
+        for g in graphs.values():
+            g.replay()
+    out: dict[str, list[float]] = {side: [] for side in graphs}
+    sides = list(graphs)
+    for i in range(iters):
+        for side in (sides if i % 2 == 0 else sides[::-1]):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            graphs[side].replay()
+            torch.cuda.synchronize()
+            out[side].append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def graph_record(ref: nn.Module, ours: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool,
+                 g_ours_eager: dict, ns: argparse.Namespace) -> dict:
+    """CUDA-graph step times of both sides and the largest relative difference between ours' replayed
+    gradients and its eager step's (same inputs: only split-K atomics' summation order may differ)."""
+    graphs = {"cudnn": capture_step(ref, x, y, autocast), "ours": capture_step(ours, x, y, autocast)}
+    graphs["ours"].replay()
+    torch.cuda.synchronize()
+    replayed = gradients(ours)
+    diff = max(rel_error(replayed[n], g) for n, g in g_ours_eager.items())
+    t = paired_graph_times_ms(graphs, ns.warmup, ns.iters)
+    rec = {"graph_cudnn_ms": statistics.median(t["cudnn"]), "graph_ours_ms": statistics.median(t["ours"]),
+           "graph_grad_diff": diff}
+    rec["graph_speedup"] = rec["graph_cudnn_ms"] / rec["graph_ours_ms"]
+    del graphs
+    return rec
+
+
 # ------------------------------------------------------------------------------------------------
 # the layers' backward problems: lookup sources and compiling ahead
 # ------------------------------------------------------------------------------------------------
@@ -354,6 +412,11 @@ def check_model(name: str, fused: bool, ns: argparse.Namespace, device: torch.de
                cudnn_issue_ms=statistics.median(t["cudnn_issue"]), ours_issue_ms=statistics.median(t["ours_issue"]),
                cudnn_times_ms=t["cudnn"], ours_times_ms=t["ours"])
     rec["speedup"] = rec["cudnn_ms"] / rec["ours_ms"]
+    if getattr(ns, "cuda_graph", False) and device.type == "cuda":
+        try:
+            rec.update(graph_record(ref, ours, x, y, autocast, g_ours, ns))
+        except Exception as exc:  # a capture failure is a finding: record it, keep the eager results
+            rec["graph_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     del ref, ours, g_ours, g_ref, g_fp32
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -382,6 +445,18 @@ def markdown(records: list[dict], env: dict) -> str:
             f"{r['worst_ours_vs_fp32']:.2e} / {r['worst_cudnn_vs_fp32']:.2e} | {accurate} | {look} | "
             f"{r['cudnn_ms']:.2f} ({r['cudnn_issue_ms']:.2f}) | {r['ours_ms']:.2f} ({r['ours_issue_ms']:.2f}) | "
             f"{r['speedup']:.2f}x |")
+    graphed = [r for r in records if "graph_ours_ms" in r or "graph_error" in r]
+    if graphed:
+        lines += ["", "Whole step captured in a CUDA graph (replay time: no host in the loop); ours' replayed "
+                  "gradients vs its eager step:", "",
+                  "| model | cuDNN graph ms | ours graph ms | speedup | replay vs eager grads (max rel. diff) |",
+                  "|---|---:|---:|---:|---:|"]
+        for r in graphed:
+            if "graph_error" in r:
+                lines.append(f"| {r['model']} | | | | capture failed: {r['graph_error']} |")
+            else:
+                lines.append(f"| {r['model']} | {r['graph_cudnn_ms']:.2f} | {r['graph_ours_ms']:.2f} | "
+                             f"{r['graph_speedup']:.2f}x | {r['graph_grad_diff']:.1e} |")
     return "\n".join(lines) + "\n"
 
 

@@ -41,7 +41,7 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bwd_data_tma import TensorDescriptor, _with_base, descriptor_template, tma_ready
+from .bwd_data_tma import TensorDescriptor, _with_base, descriptor_template, kmajor_weight, tma_ready
 from .host import SMEM_PER_BLOCK, GemmTileConfig, check_num_stages, merge_positions, sm_count
 
 __all__ = ["ALGORITHM", "BwdDataPointwiseConfig", "bind", "decline", "programs_per_sm"]
@@ -93,6 +93,7 @@ def _bwd_data_pointwise_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_INT64: tl.constexpr, ALIGN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr, STRIDED: tl.constexpr,
+    W_KMAJOR: tl.constexpr,
 ):
     pid = tl.program_id(0)
     k_tiles = tl.cdiv(K, BLOCK_K)
@@ -113,7 +114,10 @@ def _bwd_data_pointwise_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kt in range(0, k_tiles):
             a = dy_desc.load([g, p0, kt * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)
-            b = w_desc.load([g, kt * BLOCK_K, c0]).reshape(BLOCK_K, BLOCK_N)
+            if W_KMAJOR:  # tf32: the weight's [G, C, K] copy (tf32 wgmma reads K-major tiles only)
+                b = tl.trans(w_desc.load([g, c0, kt * BLOCK_K]).reshape(BLOCK_N, BLOCK_K))
+            else:
+                b = w_desc.load([g, kt * BLOCK_K, c0]).reshape(BLOCK_K, BLOCK_N)
             if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -178,11 +182,11 @@ class BwdDataPointwiseConfig(GemmTileConfig):
                 or self.fit_reason(max_acc_regs=128))
 
 
-def programs_per_sm(cfg: BwdDataPointwiseConfig, elem_bytes: int) -> int:
+def programs_per_sm(cfg: BwdDataPointwiseConfig, dtype: DataType) -> int:
     """Persistent programs per SM: two when two fit in shared memory and the accumulator leaves
     room in the register file (64x128 tiles and smaller), else one."""
     small = cfg.block_m * cfg.block_n <= 8192
-    return 2 if small and 2 * cfg.smem_bytes(elem_bytes) <= SMEM_PER_BLOCK else 1
+    return 2 if small and 2 * _smem_bytes(cfg, dtype) <= SMEM_PER_BLOCK else 1
 
 
 @functools.lru_cache(maxsize=1024)
@@ -227,11 +231,30 @@ def decline(cfg: BwdDataPointwiseConfig, params: ConvParams, layout: LayoutTripl
     views = _views(params, layout, dtype.data.itemsize, dtype.name)
     if isinstance(views, str):
         return views
-    need = cfg.smem_bytes(dtype.data.itemsize)
+    need = _smem_bytes(cfg, dtype)
     if need > SMEM_PER_BLOCK:
         return (f"m{cfg.block_m} n{cfg.block_n} k{cfg.block_k} with num_stages={cfg.num_stages} needs "
-                f"{need // 1024} KiB of shared memory for {dtype.name}, over {SMEM_PER_BLOCK // 1024} KiB")
+                f"{need // 1024} KiB of shared memory for {dtype.name} (operand pipeline and epilogue), "
+                f"over {SMEM_PER_BLOCK // 1024} KiB")
     return None
+
+
+def _smem_bytes(cfg: BwdDataPointwiseConfig, dtype: DataType) -> int:
+    """A program's shared memory: the operand pipeline and the epilogue's buffer."""
+    return cfg.smem_bytes(dtype.data.itemsize) + _epilogue_smem_bytes(cfg, dtype)
+
+
+def _epilogue_smem_bytes(cfg: BwdDataPointwiseConfig, dtype: DataType) -> int:
+    """Shared memory of the epilogue's layout conversion, beside the operand pipeline (the persistent
+    loop keeps both alive): the accumulator goes through shared memory 16 rows a warp at a time, the
+    whole tile when 8 warps share BN <= 64 columns. An upper bound of 20 sm_90 builds (Triton 3.6, session
+    33): tf32's m128 n256 k32 s3 needed 144 KiB of operands + 128 KiB of epilogue and failed with
+    OutOfResources. fp32 (ieee) issues no wgmma and keeps fewer operand buffers than the estimate."""
+    if dtype.compute == "ieee":
+        return 0
+    whole = cfg.block_n <= 64 and cfg.num_warps >= 8
+    rows = cfg.block_m if whole else min(cfg.block_m, 16 * cfg.num_warps)
+    return rows * cfg.block_n * (4 if dtype.compute == "tf32" else 2)
 
 
 def bind(args: RunArgs) -> Runner:
@@ -246,16 +269,17 @@ def bind(args: RunArgs) -> Runner:
     num_tiles = geo.G * tiles_m * tiles_n
     if num_tiles > _MAX_GRID:
         raise ValueError(f"bwd-data pointwise: {num_tiles} tiles are over the {_MAX_GRID} a tile id holds")
-    programs = min(num_tiles, programs_per_sm(cfg, dt.data.itemsize) * sm_count(args.out.device))
+    programs = min(num_tiles, programs_per_sm(cfg, dt) * sm_count(args.out.device))
     upcast = interpreting() and dt.data == torch.bfloat16
     precision = "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
     align = geo.channel_alignment()
+    w_kmajor = kmajor_weight(dt, geo.K)
     kernel = BoundKernel(
         _bwd_data_pointwise_kernel, (programs,),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         USE_INT64=geo.needs_int64, ALIGN=align, UPCAST=upcast, PRECISION=precision,
         OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn), STRIDED=strided,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        W_KMAJOR=w_kmajor, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     # per-dim strides of length-1 dims may not divide by the alignment: their index is always 0
     per_dim = [s // align if n > 1 else 0 for s, n in zip((xs_n, xs_d, xs_h, xs_w), (geo.N, *geo.in3))]
@@ -263,9 +287,20 @@ def bind(args: RunArgs) -> Runner:
     scalars = (positions, geo.K, geo.C, xs_p // align, xs_g // align, xs_c, tiles_m, tiles_n, num_tiles, programs,
                *strided_args)
     dy_template = descriptor_template(args.a, dy_view, [1, bm, bk])
-    w_template = descriptor_template(args.b, w_view, [1, bk, bn])
+    kmajor_copy = None
+    if w_kmajor:
+        (G, K, C), w_strides = w_view
+        w_template = descriptor_template(args.b, ([G, C, K], [C * K, K, 1]), [1, bn, bk])
+
+        def kmajor_copy(w: torch.Tensor) -> torch.Tensor:
+            """One small copy a call: the weight is K*C, the GEMM's operands N*P*(K + C)."""
+            return torch.as_strided(w, (G, K, C), w_strides).transpose(1, 2).contiguous()
+    else:
+        w_template = descriptor_template(args.b, w_view, [1, bk, bn])
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        if kmajor_copy is not None:
+            w = kmajor_copy(w)
         kernel(_with_base(dy_template, dy), _with_base(w_template, w), out, *epilogue_args(ds, out),
                alpha, beta, *scalars)
 

@@ -45,7 +45,8 @@ try:  # Triton >= 3.4: host-side tensor descriptors
 except ImportError:  # pragma: no cover - an older Triton: every problem declines
     TensorDescriptor = None
 
-__all__ = ["ALGORITHM", "BwdDataTmaConfig", "bind", "channels_last_view", "decline", "descriptor_template", "tma_ready"]
+__all__ = ["ALGORITHM", "BwdDataTmaConfig", "bind", "channels_last_view", "decline", "descriptor_template",
+           "kmajor_weight", "tma_ready"]
 
 _DTYPES = ("fp32", "fp32_tf32", "fp16", "bf16")
 _NUM_WARPS = (4, 8)
@@ -72,7 +73,7 @@ def _bwd_data_tma_kernel(
     BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_N: tl.constexpr,  # C % BLOCK_N == 0
     USE_INT64: tl.constexpr, ALIGN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr, W_KMAJOR: tl.constexpr,
 ):
     pid = tl.program_id(0)
     g = tl.program_id(1)
@@ -140,8 +141,11 @@ def _bwd_data_tma_kernel(
     for _ in range(0, n_iter):
         a = dy_desc.load([nd_base - j_d * hstep_d, ho0 - j_h * hstep_h, wo0 - j_w * hstep_w, g,
                           kt * BLOCK_K]).reshape(BLOCK_H * BLOCK_W, BLOCK_K)
-        b = w_desc.load([g, kt * BLOCK_K, tap_base + j_d * tstep_d + j_h * tstep_h + j_w * step_w,
-                         c0]).reshape(BLOCK_K, BLOCK_N)
+        tap = tap_base + j_d * tstep_d + j_h * tstep_h + j_w * step_w
+        if W_KMAJOR:  # tf32: the weight's [G, taps, C, K] copy (tf32 wgmma reads K-major tiles only)
+            b = tl.trans(w_desc.load([g, tap, c0, kt * BLOCK_K]).reshape(BLOCK_N, BLOCK_K))
+        else:
+            b = w_desc.load([g, kt * BLOCK_K, tap, c0]).reshape(BLOCK_K, BLOCK_N)
         if UPCAST:  # bf16 tl.dot is wrong in the interpreter (triton#11584)
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -248,6 +252,15 @@ def _w_view(geo: ConvGeometry) -> tuple[list[int], list[int]] | None:
     return [geo.G, geo.K, z * y * x, geo.C], [gs, ks, xs, cs]
 
 
+def kmajor_weight(dtype: DataType, k: int) -> bool:
+    """Whether bwd data (tma, pointwise) reads a copy of the weight with K contiguous: for tf32, whose
+    wgmma reads only K-major tiles. On the weight's own C-contiguous tiles Triton copies every tile into
+    K-major order in shared memory each step (session 32, sm_90 compile of pointwise: 40 LDS + 64 STS
+    beside 8 HGMMA; with the copy both operands go from TMA straight to wgmma). The weight is small: one
+    copy a call. Its rows must be 16-byte aligned for TMA (K * elem % 16 == 0)."""
+    return dtype.compute == "tf32" and (k * dtype.data.itemsize) % 16 == 0
+
+
 def _aligned_strides(shape: list[int], strides: list[int], elem: int) -> list[int] | None:
     """``strides`` with those of length-1 dims replaced by a harmless aligned value (their index is
     always 0); None when a real stride is not a multiple of 16 bytes."""
@@ -349,6 +362,7 @@ def bind(args: RunArgs) -> Runner:
 
     upcast = interpreting() and dt.data == torch.bfloat16
     precision = "ieee" if (dt.compute == "ieee" or upcast) else "tf32"
+    w_kmajor = kmajor_weight(dt, geo.K)
     s, d = geo.stride3, geo.dil3
     steps = [s[a] // math.gcd(s[a], d[a]) for a in range(3)]
     hsteps = [d[a] // math.gcd(s[a], d[a]) for a in range(3)]
@@ -364,14 +378,25 @@ def bind(args: RunArgs) -> Runner:
         BLOCK_H=bh, BLOCK_W=bw, BLOCK_N=bn, BLOCK_K=bk,
         EVEN_N=geo.C % bn == 0,
         USE_INT64=geo.needs_int64, ALIGN=align, UPCAST=upcast, PRECISION=precision,
-        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
+        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn), W_KMAJOR=w_kmajor,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
     dy_template = descriptor_template(args.a, dy_view, dy_box)
-    w_template = descriptor_template(args.b, w_view, w_box)
+    kmajor_copy = None
+    if w_kmajor:
+        (G, K, taps, C), w_strides = w_view
+        w_template = descriptor_template(args.b, ([G, taps, C, K], [taps * C * K, C * K, K, 1]), [1, 1, bn, bk])
+
+        def kmajor_copy(w: torch.Tensor) -> torch.Tensor:
+            """One small copy a call: the weight is K*taps*C, the GEMM's operands N*positions*(K + C)."""
+            return torch.as_strided(w, (G, K, taps, C), w_strides).permute(0, 2, 3, 1).contiguous()
+    else:
+        w_template = descriptor_template(args.b, w_view, w_box)
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
+        if kmajor_copy is not None:
+            w = kmajor_copy(w)
         kernel(_with_base(dy_template, dy), _with_base(w_template, w), out, *epilogue_args(ds, out), table,
                alpha, beta, *scalars)
 

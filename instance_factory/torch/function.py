@@ -15,6 +15,7 @@ does, so the backward runs in that dtype and the casts' backward returns fp32 pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -49,6 +50,29 @@ def resolve_padding(padding: int | Sequence[int] | str, stride: _Ints, dilation:
         return tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
     pad = _tuple("padding", padding, ndim)
     return pad, pad
+
+
+def _resolve_geometry(ndim: int, stride: int | Sequence[int], padding: int | Sequence[int] | str,
+                      dilation: int | Sequence[int], filt: _Ints) -> tuple[_Ints, _Ints, _Ints, _Ints]:
+    """(stride, left pads, right pads, dilation) as ``ndim``-tuples, checked."""
+    stride_t, dilation_t = _tuple("stride", stride, ndim), _tuple("dilation", dilation, ndim)
+    pad_l, pad_r = resolve_padding(padding, stride_t, dilation_t, filt)
+    return stride_t, pad_l, pad_r, dilation_t
+
+
+_resolve_geometry_cached = functools.lru_cache(maxsize=4096)(_resolve_geometry)
+
+
+def _geometry(ndim: int, stride: int | Sequence[int], padding: int | Sequence[int] | str,
+              dilation: int | Sequence[int], filt: _Ints) -> tuple[_Ints, _Ints, _Ints, _Ints]:
+    """:func:`_resolve_geometry`, cached for hashable arguments (a module's tuples: every layer asks each
+    step; a few us of Python a call)."""
+    if all(isinstance(a, (int, str, tuple)) for a in (stride, padding, dilation)):
+        try:
+            return _resolve_geometry_cached(ndim, stride, padding, dilation, filt)
+        except TypeError:  # a tuple holding something unhashable: the uncached path names what is wrong
+            pass
+    return _resolve_geometry(ndim, stride, padding, dilation, filt)
 
 
 def _gradient_ops() -> tuple:
@@ -137,8 +161,7 @@ def _prepare(ndim: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
                          f"([N,] C, *spatial), got shape {tuple(x.shape)}")
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
-    stride_t, dilation_t = _tuple("stride", stride, ndim), _tuple("dilation", dilation, ndim)
-    pad_l, pad_r = resolve_padding(padding, stride_t, dilation_t, weight.shape[2:])
+    stride_t, pad_l, pad_r, dilation_t = _geometry(ndim, stride, padding, dilation, tuple(weight.shape[2:]))
     device = x.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
