@@ -148,6 +148,24 @@ def test_layout_bridge_every_ndim(ndim):
     assert gx.stride() == x.stride() and gw.stride() == w.stride()
 
 
+
+def test_is_channels_last_matches_its_definition():
+    """The 4D/5D fast path (torch's memory-format flag) answers as the definition does: channel axis
+    innermost, the rest dense, size-1 dims ignored; empty and 3D tensors take the definition itself."""
+    gen = torch.Generator().manual_seed(0)
+    store = torch.empty(4096)
+    cases = [torch.empty(0, 4, 3, 3), torch.empty(2, 0, 3, 3).to(memory_format=torch.channels_last),
+             torch.empty(2, 4, 5).movedim(1, -1).contiguous().movedim(-1, 1), torch.empty(2, 4, 5)]
+    for _ in range(400):
+        dim = 4 + int(torch.randint(0, 2, (1,), generator=gen))
+        shape = [int(s) for s in torch.randint(1, 4, (dim,), generator=gen)]
+        strides = [int(s) for s in torch.tensor([1, 2, 3, 4, 6, 8, 12, 24])[torch.randint(0, 8, (dim,), generator=gen)]]
+        cases.append(store.as_strided(shape, strides))
+        perm = [int(p) for p in torch.randperm(dim, generator=gen)]
+        cases.append(torch.empty(shape).permute(perm))
+    for t in cases:
+        assert bridge.is_channels_last(t) == t.movedim(1, -1).is_contiguous(), (tuple(t.shape), t.stride())
+
 def test_contiguous_input_with_channels_last_weight_and_odd_strides():
     """NGCHW with a GKYXC weight, and a grad_out with neither format (copied once)."""
     x = _leaf(torch.randn(1, 4, 5, 5, device=DEV))

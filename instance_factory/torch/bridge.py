@@ -36,8 +36,14 @@ __all__ = [
 ]
 
 
+_CHANNELS_LAST_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
 def is_channels_last(t: torch.Tensor) -> bool:
     """True when the channel axis (dim 1) is innermost and the rest is dense (size-1 dims ignored)."""
+    fmt = _CHANNELS_LAST_FORMATS.get(t.dim())
+    if fmt is not None and t.numel():  # torch's own flag: the same answer without a view (~3 us a call)
+        return t.is_contiguous(memory_format=fmt)
     return t.movedim(1, -1).is_contiguous()
 
 
