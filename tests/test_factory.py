@@ -283,3 +283,15 @@ def test_kernel_hash_is_the_same_compiled_and_interpreted():
     outs = {mode: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                  env={**os.environ, "TRITON_INTERPRET": mode}).stdout for mode in ("0", "1")}
     assert outs["0"] == outs["1"] and len(outs["0"]) > 60
+
+
+def test_relayout_hash_does_not_depend_on_families_registered_from_outside():
+    """relayout's kernel set (hence its hash and its rows) holds this package's kernels only: a family
+    registered elsewhere before the kernels load (this module's fake one, a user's plug-in) stays out."""
+    from instance_factory.kernels import relayout
+
+    get_registry()
+    assert not relayout._package_kernel(_fake_kernel)
+    for op in ("conv_bwd_data", "conv_bwd_weight"):
+        kernels = ALGORITHMS[(op, "relayout")].kernels
+        assert kernels and all(relayout._package_kernel(k) for k in kernels)

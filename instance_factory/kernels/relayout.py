@@ -144,10 +144,17 @@ CHANNELS_FIRST_ONLY = ("cfirst",)
 import_kernel_modules()
 
 
+def _package_kernel(kernel: object) -> bool:
+    """A kernel of this package: a family registered from elsewhere (a plug-in, a test's stand-in)
+    before this module loads must not enter relayout's kernel set, or relayout's hash, and with it
+    every relayout row, would depend on import order."""
+    return getattr(getattr(kernel, "fn", None), "__module__", "").startswith(__name__.rsplit(".", 1)[0] + ".")
+
+
 def _register(op: str, description: str) -> None:
     served = dict.fromkeys(k for (alg_op, name), alg in list(ALGORITHMS.items())
                            if alg_op == op and name not in CHANNELS_FIRST_ONLY and name != "relayout"
-                           for k in alg.kernels)
+                           for k in alg.kernels if _package_kernel(k))
     register_algorithm(Algorithm(
         op=op, name="relayout", config=RelayoutConfig, bind=lambda args: bind(args, op),
         decline=lambda cfg, params, layout, dtype, fused: decline(cfg, params, layout, dtype, fused, op),
