@@ -47,16 +47,17 @@ def is_channels_last(t: torch.Tensor) -> bool:
     return t.movedim(1, -1).is_contiguous()
 
 
-def prefers_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def prefers_channels_last(x: torch.Tensor, weight: torch.Tensor, weight_channels_last: bool | None = None) -> bool:
     """The activation format for a convolution of ``x``: the one its strides already have.
 
     When ``x`` is both (one channel, or all spatial sizes 1) or neither (a copy either way), the
-    weight's format decides, so that the weight needs no copy either.
+    weight's format decides (``weight_channels_last``, when the caller knows it), so that the weight
+    needs no copy either.
     """
     cl, cf = is_channels_last(x), x.is_contiguous()
     if cl != cf:
         return cl
-    return is_channels_last(weight)
+    return is_channels_last(weight) if weight_channels_last is None else weight_channels_last
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -52,27 +53,45 @@ def resolve_padding(padding: int | Sequence[int] | str, stride: _Ints, dilation:
     return pad, pad
 
 
+class _Geometry(NamedTuple):
+    """A layer's resolved arguments, checked: ``ndim``-tuples, and the right-side pad to apply first
+    when the pads are asymmetric (F.pad's argument list, else None)."""
+
+    stride: _Ints
+    pad_l: _Ints
+    pad_r: _Ints
+    dilation: _Ints
+    groups: int
+    pre_pad: list[int] | None
+
+
 def _resolve_geometry(ndim: int, stride: int | Sequence[int], padding: int | Sequence[int] | str,
-                      dilation: int | Sequence[int], filt: _Ints) -> tuple[_Ints, _Ints, _Ints, _Ints]:
-    """(stride, left pads, right pads, dilation) as ``ndim``-tuples, checked."""
+                      dilation: int | Sequence[int], groups: int, filt: _Ints) -> _Geometry:
+    """(stride, left pads, right pads, dilation, groups, pre-pad), checked."""
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
     stride_t, dilation_t = _tuple("stride", stride, ndim), _tuple("dilation", dilation, ndim)
     pad_l, pad_r = resolve_padding(padding, stride_t, dilation_t, filt)
-    return stride_t, pad_l, pad_r, dilation_t
+    extra = tuple(r - left for left, r in zip(pad_l, pad_r))
+    pre_pad = [p for e in reversed(extra) for p in (0, e)] if any(extra) else None
+    return _Geometry(stride_t, pad_l, pad_r, dilation_t, groups, pre_pad)
 
 
 _resolve_geometry_cached = functools.lru_cache(maxsize=4096)(_resolve_geometry)
+_HASHABLE = (int, str, tuple)
 
 
 def _geometry(ndim: int, stride: int | Sequence[int], padding: int | Sequence[int] | str,
-              dilation: int | Sequence[int], filt: _Ints) -> tuple[_Ints, _Ints, _Ints, _Ints]:
-    """:func:`_resolve_geometry`, cached for hashable arguments (a module's tuples: every layer asks each
-    step; a few us of Python a call)."""
-    if all(isinstance(a, (int, str, tuple)) for a in (stride, padding, dilation)):
+              dilation: int | Sequence[int], groups: int, filt: _Ints) -> _Geometry:
+    """:func:`_resolve_geometry`, cached for plain ints, strings and tuples (a module's attributes: every
+    layer asks each step; a few us of Python a call)."""
+    if type(stride) in _HASHABLE and type(padding) in _HASHABLE and type(dilation) in _HASHABLE \
+            and type(groups) is int:
         try:
-            return _resolve_geometry_cached(ndim, stride, padding, dilation, filt)
+            return _resolve_geometry_cached(ndim, stride, padding, dilation, groups, filt)
         except TypeError:  # a tuple holding something unhashable: the uncached path names what is wrong
             pass
-    return _resolve_geometry(ndim, stride, padding, dilation, filt)
+    return _resolve_geometry(ndim, stride, padding, dilation, groups, filt)
 
 
 def _gradient_ops() -> tuple:
@@ -86,21 +105,19 @@ def _gradient_ops() -> tuple:
     return custom_ops.conv_bwd_data_impl, custom_ops.conv_bwd_weight_impl
 
 
-def _forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: _Ints,
-             pad_l: _Ints, pad_r: _Ints, dilation: _Ints, groups: int, fused_skip: bool = False) -> torch.Tensor:
+def _forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, geo: _Geometry,
+             fused_skip: bool = False) -> torch.Tensor:
     """torch's convolution, and what the backward needs saved on ctx."""
-    extra = tuple(r - left for left, r in zip(pad_l, pad_r))
-    xp = x
-    if any(extra):  # asymmetric ("same" with an even dilated filter): pad the extra right side first
-        xp = F.pad(x, [p for e in reversed(extra) for p in (0, e)])
-    out = torch.convolution(xp, weight, bias, stride, pad_l, dilation, False, (0,) * len(stride), groups)
+    xp = x if geo.pre_pad is None else F.pad(x, geo.pre_pad)  # asymmetric ("same", even dilated filter)
+    out = torch.convolution(xp, weight, bias, geo.stride, geo.pad_l, geo.dilation, False, (0,) * len(geo.stride),
+                            geo.groups)
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     ctx.save_for_backward(x if need_w else None, weight if need_x else None)
-    ctx.geometry = (list(stride), list(pad_l), list(pad_r), list(dilation), groups)
+    ctx.geometry = (list(geo.stride), list(geo.pad_l), list(geo.pad_r), list(geo.dilation), geo.groups)
     ctx.input_size = list(x.shape)
     ctx.weight_size = list(weight.shape)
-    ctx.channels_last = bridge.prefers_channels_last(x, weight)
-    ctx.weight_channels_last = bridge.is_channels_last(weight)
+    ctx.weight_channels_last = weight_cl = bridge.is_channels_last(weight)
+    ctx.channels_last = bridge.prefers_channels_last(x, weight, weight_cl)
     ctx.has_bias = bias is not None
     if problems.recording():
         problems.note(x, weight, ctx.geometry, ctx.channels_last, ctx.weight_channels_last, need_x, need_w,
@@ -125,59 +142,58 @@ def _backward(ctx, grad_out: torch.Tensor, skip: torch.Tensor | None) -> tuple:
 
 
 class _Conv(torch.autograd.Function):
+    # the geometry travels as one argument: autograd checks and unwraps every argument of apply
     @staticmethod
-    def forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups):
-        return _forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups)
+    def forward(ctx, x, weight, bias, geo):
+        return _forward(ctx, x, weight, bias, geo)
 
     @staticmethod
     def backward(ctx, grad_out):
-        return (*_backward(ctx, grad_out, None), None, None, None, None, None)
+        return (*_backward(ctx, grad_out, None), None)
 
 
 class _ConvWithSkip(torch.autograd.Function):
     """(conv(x), x): the gradient reaching the second output is added inside conv_bwd_data."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups):
-        return _forward(ctx, x, weight, bias, stride, pad_l, pad_r, dilation, groups, fused_skip=True), x
+    def forward(ctx, x, weight, bias, geo):
+        return _forward(ctx, x, weight, bias, geo, fused_skip=True), x
 
     @staticmethod
     def backward(ctx, grad_out, grad_skip):
-        return (*_backward(ctx, grad_out, grad_skip), None, None, None, None, None)
+        return (*_backward(ctx, grad_out, grad_skip), None)
 
 
 def _prepare(ndim: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              stride: int | Sequence[int], padding: int | Sequence[int] | str, dilation: int | Sequence[int],
-             groups: int) -> tuple:
-    """Checked arguments (batched input, autocast casts applied, pads resolved) for the Functions."""
-    for name, t in (("input", x), ("weight", weight)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+             groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, _Geometry]:
+    """Checked arguments (autocast casts applied, pads resolved) for the Functions."""
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        name, t = ("input", x) if not isinstance(x, torch.Tensor) else ("weight", weight)
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if weight.dim() != ndim + 2:
         raise ValueError(f"a {ndim}D convolution needs a weight of {ndim + 2} dims (out_channels, in_channels/"
                          f"groups, *kernel), got shape {tuple(weight.shape)}")
     if x.dim() not in (ndim + 1, ndim + 2):
         raise ValueError(f"a {ndim}D convolution needs an input of {ndim + 1} or {ndim + 2} dims "
                          f"([N,] C, *spatial), got shape {tuple(x.shape)}")
-    if not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"groups must be a positive int, got {groups!r}")
-    stride_t, pad_l, pad_r, dilation_t = _geometry(ndim, stride, padding, dilation, tuple(weight.shape[2:]))
+    geo = _geometry(ndim, stride, padding, dilation, groups, tuple(weight.shape[2:]))
     device = x.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         x, weight = x.to(dtype), weight.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
-    return x, weight, bias, stride_t, pad_l, pad_r, dilation_t, groups
+    return x, weight, bias, geo
 
 
 def conv_nd(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
             stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
             dilation: int | Sequence[int] = 1, groups: int = 1) -> torch.Tensor:
     """An ``ndim``-D convolution (torch's forward) whose backward runs instance_factory's kernels."""
-    args = _prepare(ndim, input, weight, bias, stride, padding, dilation, groups)
-    if args[0].dim() == ndim + 1:  # unbatched input, as torch accepts it
-        return _Conv.apply(args[0].unsqueeze(0), *args[1:]).squeeze(0)
-    return _Conv.apply(*args)
+    x, w, b, geo = _prepare(ndim, input, weight, bias, stride, padding, dilation, groups)
+    if x.dim() == ndim + 1:  # unbatched input, as torch accepts it
+        return _Conv.apply(x.unsqueeze(0), w, b, geo).squeeze(0)
+    return _Conv.apply(x, w, b, geo)
 
 
 def conv_with_skip(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
