@@ -55,14 +55,14 @@ def resolve_padding(padding: int | Sequence[int] | str, stride: _Ints, dilation:
 
 class _Geometry(NamedTuple):
     """A layer's resolved arguments, checked: ``ndim``-tuples, and the right-side pad to apply first
-    when the pads are asymmetric (F.pad's argument list, else None)."""
+    when the pads are asymmetric (F.pad's argument, else None). Immutable: the cache shares it."""
 
     stride: _Ints
     pad_l: _Ints
     pad_r: _Ints
     dilation: _Ints
     groups: int
-    pre_pad: list[int] | None
+    pre_pad: _Ints | None
 
 
 def _resolve_geometry(ndim: int, stride: int | Sequence[int], padding: int | Sequence[int] | str,
@@ -73,7 +73,7 @@ def _resolve_geometry(ndim: int, stride: int | Sequence[int], padding: int | Seq
     stride_t, dilation_t = _tuple("stride", stride, ndim), _tuple("dilation", dilation, ndim)
     pad_l, pad_r = resolve_padding(padding, stride_t, dilation_t, filt)
     extra = tuple(r - left for left, r in zip(pad_l, pad_r))
-    pre_pad = [p for e in reversed(extra) for p in (0, e)] if any(extra) else None
+    pre_pad = tuple(p for e in reversed(extra) for p in (0, e)) if any(extra) else None
     return _Geometry(stride_t, pad_l, pad_r, dilation_t, groups, pre_pad)
 
 
