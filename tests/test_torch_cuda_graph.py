@@ -6,6 +6,9 @@ whole-network recipe, and what ``torch.compile(mode="reduce-overhead")`` does): 
 per layer. Each replay must rewrite the same gradients the eager step computes, for new input data.
 """
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +16,13 @@ from torch import nn
 
 import instance_factory.torch as ift
 from instance_factory.reference import rel_error
+
+# the capture recipe and the step are train_step_check's (tools/), the tool that times graphed steps
+_spec = importlib.util.spec_from_file_location(
+    "train_step_check", Path(__file__).resolve().parent.parent / "tools" / "train_step_check.py")
+train_step_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(train_step_check)
+_step, capture_step = train_step_check.issue_step, train_step_check.capture_step
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,13 +43,6 @@ def _model() -> nn.Module:
         nn.Conv2d(32, 16, 3, padding=1, bias=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
 
 
-def _step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> None:
-    model.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-        loss = F.cross_entropy(model(x).float(), y)
-    loss.backward()
-
-
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
 def test_a_captured_step_replays_the_eager_gradients(autocast):
     torch.manual_seed(0)
@@ -55,16 +58,7 @@ def test_a_captured_step_replays_the_eager_gradients(autocast):
                 m.running_mean = m.running_var = None
         x = torch.randn(16, 8, 20, 20, device="cuda").to(memory_format=torch.channels_last)
         y = torch.randint(0, 10, (16,), device="cuda")
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                _step(model, x, y, autocast)
-        torch.cuda.current_stream().wait_stream(side)
-        model.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            _step(model, x, y, autocast)
+        graph = capture_step(model, x, y, autocast)
         graph_grads = {n: p.grad for n, p in model.named_parameters()}  # the tensors every replay rewrites
         assert all(g is not None for g in graph_grads.values())
         for _ in range(2):  # new data in the static input: the replay's gradients are those of the new data
