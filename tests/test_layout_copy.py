@@ -1,6 +1,7 @@
-"""``layout_copy``'s batched transpose (the channels-first <-> channels-last copy ``relayout`` uses):
-bit-exact against torch's permute on odd sizes (tiles cut on both axes, 3-channel stems, one-row
-matrices), every data dtype, the NGCHW -> NHWGC view, and the checks on mismatched tensors.
+"""``layout_copy``'s batched transposes (the channels-first / group-major <-> channels-last copies
+``relayout`` uses): bit-exact against torch's permute on odd sizes (tiles cut on both axes, 3-channel
+stems, one-row matrices, vectors of 1-24 elements), every data dtype, the NGCHW -> NHWGC and
+GNHWC -> NHWGC views and back, and the checks on mismatched tensors.
 Runs in the Triton interpreter on CPU tensors (TRITON_INTERPRET=1) or on a CUDA GPU.
 """
 
@@ -12,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from instance_factory.algorithms import interpreting  # noqa: E402
-from instance_factory.kernels.layout_copy import transpose_copier  # noqa: E402
+from instance_factory.kernels.layout_copy import transpose_copier, vector_transpose_copier  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() and not interpreting(),
@@ -58,3 +59,30 @@ def test_rejects_mismatched_tensors():
         copy(torch.randn(2, 4, 9, device=DEVICE), torch.empty(2, 9, 4, device=DEVICE))
     with pytest.raises(ValueError, match="float16"):
         copy(torch.randn(2, 4, 8, device=DEVICE), torch.empty(2, 8, 4, device=DEVICE, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("batch,rows,cols,vec", [(1, 3, 49, 2), (2, 17, 33, 3), (1, 5, 70, 8), (1, 40, 9, 24),
+                                                 (1, 6, 11, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vector_transpose_matches_torch(batch, rows, cols, vec, dtype):
+    src = torch.randn(batch, rows, cols, vec, device=DEVICE).to(dtype)
+    dst = torch.full((batch, cols, rows, vec), float("nan"), device=DEVICE).to(dtype)  # poisoned
+    vector_transpose_copier(batch, rows, cols, vec)(src, dst)
+    assert torch.equal(dst, src.transpose(1, 2))
+
+
+@pytest.mark.parametrize("c", [1, 4, 6])
+def test_gnhwc_to_nhwgc_and_back(c):
+    g, n, h, w = 5, 2, 3, 7
+    x = torch.randn(g, n, h, w, c, device=DEVICE)
+    out = torch.full((n, h, w, g, c), float("nan"), device=DEVICE)
+    vector_transpose_copier(1, g, n * h * w, c)(x, out)
+    assert torch.equal(out, x.permute(1, 2, 3, 0, 4))
+    back = torch.full_like(x, float("nan"))
+    vector_transpose_copier(1, n * h * w, g, c)(out, back)
+    assert torch.equal(back, x)
+
+
+def test_vector_transpose_rejects_mismatched_tensors():
+    with pytest.raises(ValueError, match=r"\[1, 4, 8, 3\]"):
+        vector_transpose_copier(1, 4, 8, 3)(torch.randn(1, 4, 8, 2, device=DEVICE), torch.empty(1, 8, 4, 2, device=DEVICE))

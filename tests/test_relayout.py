@@ -1,7 +1,7 @@
-"""``relayout`` for both passes (channels-first layouts through channels-last copies, run by the
-instance lookup serves for the channels-last twin): correctness vs the float64 reference on both
-channels-first families (GKYXC and GKCYX weights: the latter through a GKYXC buffer, D tensors
-included), 1-D/2-D/3-D, groups, strides, fused ops, dtypes; bwd data's grad_in copied back; the
+"""``relayout`` for both passes (channels-first and group-major layouts through channels-last copies,
+run by the instance lookup serves for the channels-last twin): correctness vs the float64 reference on
+both channels-first families (GKYXC and GKCYX weights: the latter through a GKYXC buffer, D tensors
+included) and the group-major one, 1-D/2-D/3-D, groups, strides, fused ops, dtypes; bwd data's grad_in copied back; the
 declines; the served twin instance; the kernel hashes. Runs in the Triton interpreter on CPU tensors
 (TRITON_INTERPRET=1) or on a CUDA GPU.
 """
@@ -53,7 +53,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx", "gnhwc"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_geometry(name, family):
     _check(CASES[name], family)
@@ -65,7 +65,7 @@ def test_dtypes(dtype):
     assert out.dtype == (DATA_TYPES[dtype].result or DATA_TYPES[dtype].data)
 
 
-@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx", "gnhwc"])
 @pytest.mark.parametrize("op,n_ds", [("bilinear", 1), ("add_relu", 1), ("scale", 0)])
 def test_fused_ops(op, n_ds, family):
     # with a GKCYX weight the D tensors go through the GKYXC buffer as well
@@ -89,8 +89,8 @@ def test_declines():
     for family in LAYOUT_FAMILIES:
         lt = layout_for(family, 2)
         why = ALG.decline(CFG, p, lt, DATA_TYPES["bf16"], fo)
-        assert (why is None) == (not lt.channels_last), (family, why)
-        if lt.channels_last:
+        assert (why is None) == (family != "nhwgc"), (family, why)
+        if family == "nhwgc":
             assert "channels-last already" in why
     assert "must be one of" in ALG.config.from_values({"inner": "fixed"}).check()
 
@@ -167,7 +167,7 @@ def _dgrad(p, family, dtype="fp32", **kw):
     return dgrad_tests.run_case(p, family, dtype, alg=DGRAD, base_cfg={"inner": "lookup"}, **kw)
 
 
-@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx", "gnhwc"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_dgrad_geometry(name, family):
     _dgrad(CASES[name], family)
@@ -178,7 +178,7 @@ def test_dgrad_dtypes(dtype):
     _dgrad(CASES["2d-3x3-p1"], "ngchw_kcyx", dtype)
 
 
-@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx"])
+@pytest.mark.parametrize("family", ["ngchw", "ngchw_kcyx", "gnhwc"])
 @pytest.mark.parametrize("op,n_ds", [("bilinear", 1), ("add", 2), ("scale", 0)])
 def test_dgrad_fused_ops(op, n_ds, family):
     _dgrad(CASES["2d-s2-asym"], family, op=op, n_ds=n_ds, alpha=1.5, beta=-0.75)
@@ -193,8 +193,19 @@ def test_dgrad_serves_the_twin_and_declines():
     run = _bind(DGRAD, p, lt, dy.half(), w.half(), out.half(), dtype="fp16")
     assert run.inner_instance.startswith("conv_bwd_data-")
     assert "-NHWGC_GKYXC_NHWGK-fp16-" in run.inner_instance
-    why = DGRAD.decline(CFG, p, layout_for("gnhwc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"])
+    why = DGRAD.decline(CFG, p, layout_for("nhwgc", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"])
     assert why and "channels-last already" in why
+    gm = layout_for("gnhwc", 2)  # group-major: the same twin, the GKYXC weight used as it is
+    run = _bind(DGRAD, p, gm, torch.randn(gm.shape("output", p), device=DEV).half(),
+                torch.randn(gm.shape("weight", p), device=DEV).half(), torch.empty(gm.shape("input", p), device=DEV).half(),
+                dtype="fp16")
+    assert "-NHWGC_GKYXC_NHWGK-fp16-" in run.inner_instance
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_gnhwc_dtypes_both_passes(dtype):
+    _check(CASES["depthwise"], "gnhwc", dtype)
+    _dgrad(CASES["2d-s2-asym"], "gnhwc", dtype)
 
 
 def test_dgrad_weight_with_groups_folded():

@@ -58,7 +58,7 @@ def test_class_summary_geomean_min_and_ceilings():
     assert dw["mean_pct_copy_bw"] == pytest.approx(37.5)
     assert list(s["class"]) == ["depthwise", "grouped"]  # dense has no problem with both times
     table = class_table(sf, s, 4000.0, 800.0)
-    assert "| depthwise | data | bf16 | 2 | 1.00x | 0.50x | 38 |" in table
+    assert "| nhwgc | depthwise | data | bf16 | 2 | 1.00x | 0.50x | 38 |" in table
     assert "4 of 5 problems tuned." in table
 
 
@@ -69,4 +69,16 @@ def test_write_summary_csv(tmp_path):
     write_summary_csv(s, str(path))
     rows = list(csv.DictReader(path.open()))
     assert [r["class"] for r in rows] == ["depthwise", "grouped"]
-    assert rows[1]["geomean_speedup"] == "4.0" and rows[1]["device"] == "cpu"
+    assert rows[1]["geomean_speedup"] == "4.0" and rows[1]["device"] == "cpu" and rows[1]["layout"] == "nhwgc"
+
+
+def test_summary_per_layout_family():
+    """The same problem in two layout families: two summary rows, channels-last first."""
+    rows = []
+    for layout, ms in (("NGCHW/GKYXC/NGKHW", 0.4), ("NHWGC/GKYXC/NHWGK", 0.1)):
+        key = Problem("conv_bwd_weight", params(32, 4, 4), layout, "bf16").key
+        rows.append({"problem": key, "pass": "weight", "dtype": "bf16", "best instance": "x", "ms": ms,
+                     "TFLOP/s": 1.0, "GB/s": 100.0, "cuDNN ms": 0.2, "speedup": 0.2 / ms, "key": key})
+    s = class_summary(with_ceilings(pd.DataFrame(rows), None, None), device="cpu", day="2026-11-26")
+    assert list(s["layout"]) == ["nhwgc", "ngchw"]
+    assert list(s["geomean_speedup"]) == [2.0, 0.5]

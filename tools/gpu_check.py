@@ -25,7 +25,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from instance_factory.layouts import all_layouts  # noqa: E402
+from instance_factory.layouts import all_layouts, layout_for  # noqa: E402
 from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.registry import get_registry  # noqa: E402
 from instance_factory.verify import Case, verify_instance  # noqa: E402
@@ -67,12 +67,13 @@ def matrix_cases(layout_families: set[str] | None = None) -> list[Case]:
 
 
 def ck_cases(include_large: bool, one_dtype: bool = False, only_large: bool = False,
-             dtypes: tuple[str, ...] | None = None) -> list[Case]:
+             dtypes: tuple[str, ...] | None = None, family: str = "nhwgc") -> list[Case]:
+    """CK's test problems in one layout family (CK's own tests use the channels-last one)."""
     path = REPO / "tools" / "ck_test_problems.yaml"
     if not path.exists():
         return []
     doc = yaml.safe_load(path.read_text())
-    fam_layout = {1: "NWGC/GKXC/NWGK", 2: "NHWGC/GKYXC/NHWGK", 3: "NDHWGC/GKZYXC/NDHWGK"}
+    fam_layout = {n: layout_for(family, n).name for n in (1, 2, 3)}
     out = []
     for e in doc["problems"]:
         if (e.get("large") and not include_large) or (only_large and not e.get("large")):
@@ -325,6 +326,7 @@ def main() -> int:
     ap.add_argument("--families", help="comma-separated layout families for --matrix (default all)")
     ap.add_argument("--max-algs", type=int, default=99, help="kernel families tried per case")
     ap.add_argument("--ck-one-dtype", action="store_true", help="one dtype per CK problem, alternating")
+    ap.add_argument("--ck-family", default="nhwgc", help="layout family of the CK problems (CK's tests: nhwgc)")
     ap.add_argument("--ck-dtypes", default="", help="comma-separated dtypes for the CK problems (default: fp16 and "
                                                      "bf16 for data, fp16 and bf16_fp32w for weight)")
     ap.add_argument("--algorithms", help="comma-separated kernel families: verify only these (cases where "
@@ -349,7 +351,8 @@ def main() -> int:
         layout_families = set(ns.families.split(",")) if ns.families else None
         for flag, name, cases in ((ns.matrix, "matrix", lambda: matrix_cases(layout_families)),
                                   (ns.ck, "ck", lambda: [c for c in ck_cases(ns.ck_large or ns.ck_only_large, ns.ck_one_dtype, ns.ck_only_large,
-                                                                      tuple(ns.ck_dtypes.split(",")) if ns.ck_dtypes else None)
+                                                                      tuple(ns.ck_dtypes.split(",")) if ns.ck_dtypes else None,
+                                                                      ns.ck_family)
                                                    if c.op in ns.ops]),
                                   (ns.fp8, "fp8", fp8_cases), (ns.large, "large", lambda: [c for c in large_cases() if c.op in ns.ops])):
             if not flag:

@@ -6,7 +6,9 @@ A problem's class decides which algorithm can win it: ``depthwise`` (C = K = 1 p
 For each (class, pass, dtype) the summary gives the geometric mean and the minimum of the best
 instance's speedup over cuDNN, and how close the memory-bound classes come to the copy bandwidth
 (bytes of each tensor read or written once, over the time) and the dense class to the matmul ceiling,
-both measured on the same device (:func:`measure_ceilings`).
+both measured on the same device (:func:`measure_ceilings`). Each summary row is also per layout
+family (``nhwgc``, ``gnhwc``, ``ngchw``, ``ngchw_kcyx``: the issues' targets hold for all four), the
+last column, so files written before it read the same.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ __all__ = ["CLASSES", "SUMMARY_COLUMNS", "class_summary", "class_table", "measur
 
 CLASSES = ("depthwise", "grouped", "grouped_wide", "dense")
 SUMMARY_COLUMNS = ("class", "pass", "dtype", "problems", "geomean_speedup", "min_speedup", "mean_pct_copy_bw",
-                   "mean_pct_matmul", "device", "date")
+                   "mean_pct_matmul", "device", "date", "layout")
 _FEW = 16
 _WIDE = 64
 
@@ -44,31 +46,40 @@ def _geomean(values: Sequence[float]) -> float:
 
 
 def with_ceilings(sf: pd.DataFrame, copy_gbps: float | None, matmul_tflops: float | None) -> pd.DataFrame:
-    """``sf`` (a summary frame) plus class, % of copy bandwidth and % of the matmul ceiling columns."""
+    """``sf`` (a summary frame) plus class, layout family, % of copy bandwidth and % of the matmul
+    ceiling columns."""
+    from ..layouts import parse_layout
     from .problem_sets import Problem
 
     out = sf.copy()
-    out["class"] = [problem_class(Problem.from_key(k).params) for k in out["key"]]
+    problems = [Problem.from_key(k) for k in out["key"]]
+    out["class"] = [problem_class(pr.params) for pr in problems]
+    out["layout"] = [parse_layout(pr.layout, pr.params.ndim).layout_family for pr in problems]
     out["% copy BW"] = out["GB/s"].astype(float) / copy_gbps * 100 if copy_gbps else math.nan
     out["% matmul"] = out["TFLOP/s"].astype(float) / matmul_tflops * 100 if matmul_tflops else math.nan
     return out
 
 
 def class_summary(sf: pd.DataFrame, device: str = "", day: str | None = None) -> pd.DataFrame:
-    """One row per (class, pass, dtype) over the problems with both our time and cuDNN's."""
+    """One row per (class, pass, dtype, layout family) over the problems with both our time and cuDNN's."""
+    from ..layouts import LAYOUT_FAMILIES
+
     rows = []
     both = sf[sf["ms"].notna() & sf["cuDNN ms"].notna()] if len(sf) else sf
-    for (cls, pss, dt), grp in both.groupby(["class", "pass", "dtype"], sort=False) if len(both) else []:
+    if "layout" not in both.columns:  # a frame from before the layout column: channels-last
+        both = both.assign(layout="nhwgc")
+    for (cls, pss, dt, fam), grp in both.groupby(["class", "pass", "dtype", "layout"], sort=False) if len(both) else []:
         sp = grp["speedup"].astype(float)
         rows.append({
             "class": cls, "pass": pss, "dtype": dt, "problems": len(grp),
             "geomean_speedup": round(_geomean(list(sp)), 4), "min_speedup": round(float(sp.min()), 4),
             "mean_pct_copy_bw": round(float(grp["% copy BW"].astype(float).mean()), 1),
             "mean_pct_matmul": round(float(grp["% matmul"].astype(float).mean()), 1),
-            "device": device, "date": day or date.today().isoformat(),
+            "device": device, "date": day or date.today().isoformat(), "layout": fam,
         })
     order = {c: i for i, c in enumerate(CLASSES)}
-    rows.sort(key=lambda r: (order.get(r["class"], 99), r["pass"], r["dtype"]))
+    fams = {f: i for i, f in enumerate(LAYOUT_FAMILIES)}
+    rows.sort(key=lambda r: (fams.get(r["layout"], 99), order.get(r["class"], 99), r["pass"], r["dtype"]))
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
@@ -96,10 +107,11 @@ def class_table(sf: pd.DataFrame, summary: pd.DataFrame, copy_gbps: float | None
                    f"| {_cell(r['% matmul'], '.0f')} | {_cell(r['cuDNN ms'], '.4f')} | {_cell(r['speedup'], '.2f')} |")
     tuned = int(sf["ms"].notna().sum()) if len(sf) else 0
     out += ["", f"{tuned} of {len(sf)} problems tuned.", "",
-            "| class | pass | dtype | problems | geomean speedup | min speedup | mean % copy BW | mean % matmul |",
-            "|---|---|---|---:|---:|---:|---:|---:|"]
+            "| layout | class | pass | dtype | problems | geomean speedup | min speedup | mean % copy BW "
+            "| mean % matmul |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in summary.to_dict("records"):
-        out.append(f"| {r['class']} | {r['pass']} | {r['dtype']} | {r['problems']} | "
+        out.append(f"| {r['layout']} | {r['class']} | {r['pass']} | {r['dtype']} | {r['problems']} | "
                    f"{_cell(r['geomean_speedup'], '.2f')}x | {_cell(r['min_speedup'], '.2f')}x | "
                    f"{_cell(r['mean_pct_copy_bw'], '.0f')} | {_cell(r['mean_pct_matmul'], '.0f')} |")
     return "\n".join(out) + "\n"
