@@ -87,13 +87,21 @@ def _dtype_relation(a: str, b: str) -> str:
     return "same_size" if size.get(a, 0) == size.get(b, -1) else "other"
 
 
-def _layout_family(layout: str) -> str:
-    """``cl`` for channels-last activations (..GC / GN..C), ``cf`` for channels-first (NGC..); also the
-    layout part of a kernel's correction key. A pointer GEMM tiling channels runs 1.2-15x slower on
-    channels-first tensors than on channels-last ones, so its time on one says little about the other.
+def _layout_family(layout: str, groups: int = 1) -> str:
+    """``cl`` for channels-last activations (..GC), ``cf`` for channels-first (NGC..), ``gm`` for
+    group-major ones (GN..C) with several groups; also the layout part of a kernel's correction key.
+    A pointer GEMM tiling channels runs 1.2-15x slower on channels-first tensors than on channels-last
+    ones, so its time on one says little about the other.
     Keyed apart since session 18 for bwd data too (cfirst and relayout now ship for it): ResNet-50 NCHW
-    N64 dgrad goes to them on 20 of 22 layers instead of 5, leave-one-out 0.959 -> 0.960."""
-    return "cl" if layout.split("/")[0].endswith("C") else "cf"
+    N64 dgrad goes to them on 20 of 22 layers instead of 5, leave-one-out 0.959 -> 0.960.
+    Group-major apart since session 35: a few-channel family reads 2-32 bytes a position there, 1.5-4x
+    slower than on the channels-last twin, whose corrections made the policy pick those kernels over
+    relayout (leave-one-out over group-major grouped / depthwise problems 0.59-0.77). With one group
+    the two layouts are the same memory."""
+    head = layout.split("/")[0]
+    if head.startswith("G") and groups > 1:
+        return "gm"
+    return "cl" if head.endswith("C") else "cf"
 
 
 def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
@@ -110,7 +118,8 @@ def _kind_penalty(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layou
     d = 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
     d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
-    d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout) != _layout_family(q_layout) else 0.0
+    d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout, p.G) != _layout_family(q_layout, q.G) \
+        else 0.0
     return d + (FUSED_PENALTY if fused != q_fused else 0.0)
 
 
@@ -265,7 +274,7 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
-        fam = _layout_family(layout)
+        fam = _layout_family(layout, params.G)
         for r in group:
             alg = r["algorithm"]
             sig = fam + "|" + signature(kernel_variant(op, dtype, alg), r["instance_params"])
@@ -343,12 +352,12 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
         w = _neighbor_weight(d)
-        t_fam = _layout_family(t.layout)
+        t_fam = _layout_family(t.layout, t.params.G)
         for sig, c in t.corrections.items():
             alg_corr.setdefault(t_fam + "|" + kernel_variant(t.op, t.dtype, t.algorithms[sig]), []).append((w, c))
             all_corr.append((w, c))
 
-    fam = _layout_family(layout)
+    fam = _layout_family(layout, params.G)
     preds = []
     for name, alg, cfg in candidates:
         variant = kernel_variant(op, dtype, alg)
