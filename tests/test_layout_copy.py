@@ -61,7 +61,7 @@ def test_rejects_mismatched_tensors():
         copy(torch.randn(2, 4, 8, device=DEVICE), torch.empty(2, 8, 4, device=DEVICE, dtype=torch.float16))
 
 
-@pytest.mark.parametrize("batch,rows,cols,vec", [(1, 3, 49, 2), (2, 17, 33, 3), (1, 5, 70, 8), (1, 40, 9, 24),
+@pytest.mark.parametrize("batch,rows,cols,vec", [(1, 3, 49, 2), (2, 17, 33, 3), (1, 5, 70, 8), (1, 40, 9, 24), (1, 20, 3, 600),
                                                  (1, 6, 11, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_vector_transpose_matches_torch(batch, rows, cols, vec, dtype):

@@ -112,7 +112,8 @@ def vector_transpose_copier(batch: int, rows: int, cols: int,
     if vec == 1:
         return transpose_copier(batch, rows, cols)
     block_v = triton.next_power_of_2(vec)
-    block_r = min(16, triton.next_power_of_2(max(rows, 1)))
+    # ~4096 elements a program (a wide vector takes fewer rows: 16 x 2048 would be 256 registers a thread)
+    block_r = max(1, min(16, triton.next_power_of_2(max(rows, 1)), 4096 // block_v))
     block_s = max(1, min(1024, 4096 // (block_r * block_v)))
     use_int64 = batch * rows * cols * vec >= INT32_LIMIT
     grid = (triton.cdiv(cols, block_s), triton.cdiv(rows, block_r), batch)

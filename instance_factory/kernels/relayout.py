@@ -77,6 +77,9 @@ def decline(cfg: RelayoutConfig, params: ConvParams, layout: LayoutTriple, dtype
     if layout.layout_family == "nhwgc":
         return (f"relayout copies channels-first and group-major tensors to channels-last; {layout.name} is "
                 "channels-last already (its own instances run it)")
+    if layout.layout_family == "gnhwc" and params.G == 1:
+        return (f"with one group {layout.name} holds the same memory as the channels-last layout: its own "
+                "instances run it without copies")
     check = twin_checker() if op is not None else None
     if check is not None:
         twin = twin_layout(layout)
