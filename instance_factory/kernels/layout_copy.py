@@ -12,6 +12,7 @@ moves the tile between the two coalesced layouts through shared memory).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -79,6 +80,28 @@ def _blocks(rows: int) -> tuple[int, int]:
     return block_r, min(1024, 4096 // block_r)
 
 
+def _checked_copy(kernel: BoundKernel, dims: tuple[int, ...], in_grid: bool,
+                  what: str) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """The copy function of a transpose over ``dims`` = (batch, rows, cols[, vec]): checks the tensors,
+    launches ``kernel`` on contiguous ones, else swaps rows and cols through torch's copy."""
+    batch, rows, cols, *vec = dims
+    numel = math.prod(dims)
+    sizes = (rows, cols, *vec)
+
+    def copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+        if src.numel() != numel or dst.numel() != src.numel() or src.dtype != dst.dtype:
+            raise ValueError(f"{what} of [{', '.join(map(str, dims))}] got {tuple(src.shape)} "
+                             f"{src.dtype} -> {tuple(dst.shape)} {dst.dtype}")
+        if src.numel() == 0:
+            return
+        if in_grid and src.is_contiguous() and dst.is_contiguous():
+            kernel(src, dst, *sizes)
+            return
+        dst.view(batch, cols, rows, *vec).copy_(src.reshape(dims).transpose(1, 2))
+
+    return copy
+
+
 def transpose_copier(batch: int, rows: int, cols: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """A copy ``dst[b, s, r] = src[b, r, s]`` for tensors holding [batch, rows, cols] contiguously
     (any shape with that many elements, e.g. NGCHW in and NHWGC out), all sizes fixed here once.
@@ -89,19 +112,7 @@ def transpose_copier(batch: int, rows: int, cols: int) -> Callable[[torch.Tensor
     kernel = BoundKernel(_batched_transpose_kernel, grid, BLOCK_R=block_r, BLOCK_S=block_s,
                          USE_INT64=use_int64, num_warps=4)
     in_grid = batch <= MAX_GRID_YZ and grid[1] <= MAX_GRID_YZ
-
-    def copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-        if src.numel() != batch * rows * cols or dst.numel() != src.numel() or src.dtype != dst.dtype:
-            raise ValueError(f"transpose copy of [{batch}, {rows}, {cols}] got {tuple(src.shape)} "
-                             f"{src.dtype} -> {tuple(dst.shape)} {dst.dtype}")
-        if src.numel() == 0:
-            return
-        if in_grid and src.is_contiguous() and dst.is_contiguous():
-            kernel(src, dst, rows, cols)
-            return
-        dst.view(batch, cols, rows).copy_(src.reshape(batch, rows, cols).transpose(1, 2))
-
-    return copy
+    return _checked_copy(kernel, (batch, rows, cols), in_grid, "transpose copy")
 
 
 def vector_transpose_copier(batch: int, rows: int, cols: int,
@@ -120,16 +131,4 @@ def vector_transpose_copier(batch: int, rows: int, cols: int,
     kernel = BoundKernel(_batched_transpose_vec_kernel, grid, BLOCK_R=block_r, BLOCK_S=block_s, BLOCK_V=block_v,
                          USE_INT64=use_int64, num_warps=4)
     in_grid = batch <= MAX_GRID_YZ and grid[1] <= MAX_GRID_YZ
-
-    def copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-        if src.numel() != batch * rows * cols * vec or dst.numel() != src.numel() or src.dtype != dst.dtype:
-            raise ValueError(f"vector transpose copy of [{batch}, {rows}, {cols}, {vec}] got {tuple(src.shape)} "
-                             f"{src.dtype} -> {tuple(dst.shape)} {dst.dtype}")
-        if src.numel() == 0:
-            return
-        if in_grid and src.is_contiguous() and dst.is_contiguous():
-            kernel(src, dst, rows, cols, vec)
-            return
-        dst.view(batch, cols, rows, vec).copy_(src.reshape(batch, rows, cols, vec).transpose(1, 2))
-
-    return copy
+    return _checked_copy(kernel, (batch, rows, cols, vec), in_grid, "vector transpose copy")

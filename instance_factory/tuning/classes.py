@@ -7,8 +7,8 @@ For each (class, pass, dtype) the summary gives the geometric mean and the minim
 instance's speedup over cuDNN, and how close the memory-bound classes come to the copy bandwidth
 (bytes of each tensor read or written once, over the time) and the dense class to the matmul ceiling,
 both measured on the same device (:func:`measure_ceilings`). Each summary row is also per layout
-family (``nhwgc``, ``gnhwc``, ``ngchw``, ``ngchw_kcyx``: the issues' targets hold for all four), the
-last column, so files written before it read the same.
+family (``nhwgc``, ``gnhwc``, ``ngchw``, ``ngchw_kcyx``: the issues' targets hold for all four), written
+as the last column of the CSV, so readers of the older columns read them unchanged.
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ def class_summary(sf: pd.DataFrame, device: str = "", day: str | None = None) ->
 
     rows = []
     both = sf[sf["ms"].notna() & sf["cuDNN ms"].notna()] if len(sf) else sf
-    if "layout" not in both.columns:  # a frame from before the layout column: channels-last
-        both = both.assign(layout="nhwgc")
     for (cls, pss, dt, fam), grp in both.groupby(["class", "pass", "dtype", "layout"], sort=False) if len(both) else []:
         sp = grp["speedup"].astype(float)
         rows.append({

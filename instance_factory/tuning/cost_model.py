@@ -87,6 +87,7 @@ def _dtype_relation(a: str, b: str) -> str:
     return "same_size" if size.get(a, 0) == size.get(b, -1) else "other"
 
 
+@functools.lru_cache(maxsize=256)  # every ranking asks for each tuned problem
 def _layout_family(layout: str, groups: int = 1) -> str:
     """``cl`` for channels-last activations (..GC), ``cf`` for channels-first (NGC..), ``gm`` for
     group-major ones (GN..C) with several groups; also the layout part of a kernel's correction key.
