@@ -383,3 +383,55 @@ def test_tf32_split_kernels_keep_their_own_corrections():
     ev = C.Evidence.from_rows([row("bf16", 0.1), row("fp32_tf32", 0.4)])
     pred = C.rank(op, big, LAYOUT, "fp32_tf32", "passthrough", [("x", "tma", cfg)], ev, exclude="").best
     assert pred.basis.startswith("measured") and pred.predicted_ms == pytest.approx(0.4, rel=0.1)
+
+
+def _row(op, layout, params, inst, alg, ms, dtype="bf16", cfg="{}"):
+    return {"problem_key": f"{op}|{layout}|{dtype}|passthrough|{params.key()}", "status": "ok", "instance": inst,
+            "algorithm": alg, "instance_params": cfg, "median_ms": ms}
+
+
+GM = "GNHWC/GKYXC/GNHWK"
+
+
+def test_relayout_is_priced_as_its_twin_plus_its_copies():
+    """relayout runs the channels-last twin's instance after copying the activations: its prediction
+    is the twin's tuned best plus the copy bytes at the copy bandwidth fitted from the relayout rows
+    that have a tuned twin, whatever the neighbours' relayout rows measured for other twins."""
+    op = "conv_bwd_weight"
+    dw = ConvParams(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
+    near = ConvParams(2, 96, 32, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
+    nbytes = R.relayout_copy_bytes(op, near, GM, "bf16")
+    assert nbytes == 2 * 2 * (near.numel("input") + near.numel("output"))  # GKYXC weight: no copy
+    assert R.relayout_copy_bytes(op, near, "NGCHW/GKCYX/NGKHW", "bf16") == nbytes + 4 * near.numel("weight")
+    copy_ms = 1e3 * nbytes / 2.0e12  # the neighbour's relayout ran at 2 TB/s of copies
+    rows = [_row(op, LAYOUT, near, "nat", "dwslide", 0.1), _row(op, GM, near, "rel", "relayout", 0.1 + copy_ms),
+            _row(op, GM, near, "nat_gm", "dwslide", 0.5), _row(op, LAYOUT, dw, "nat", "dwslide", 0.15)]
+    ev = C.Evidence.from_rows(rows)
+    assert ev.copy_bw == pytest.approx(2.0e12)
+    cands = [("rel", "relayout", {"inner": "lookup"}), ("nat_gm", "dwslide", {})]
+    twin = C.Twin(LAYOUT, [("nat", "dwslide", {})])
+    r = C.rank(op, dw, GM, "bf16", "passthrough", cands, ev, twin=twin)
+    rel = next(p for p in r.predictions if p.name == "rel")
+    want = 0.15 + 1e3 * R.relayout_copy_bytes(op, dw, GM, "bf16") / 2.0e12
+    assert rel.predicted_ms == pytest.approx(want) and "twin's tuned best" in rel.basis
+    assert r.best.name == "rel"
+    # the twin hidden too (a layer nobody tuned): its own ranking prices it, the copies stay
+    hidden = {f"{op}|{LAYOUT}|bf16|passthrough|{dw.key()}"}
+    rel = next(p for p in C.rank(op, dw, GM, "bf16", "passthrough", cands, ev, exclude=hidden, twin=twin).predictions
+               if p.name == "rel")
+    assert "twin's predicted best" in rel.basis and rel.predicted_ms > want - 0.15
+    # without a twin, relayout is corrected by its neighbours like any kernel
+    assert "twin" not in next(p for p in C.rank(op, dw, GM, "bf16", "passthrough", cands, ev).predictions
+                              if p.name == "rel").basis
+
+
+def test_a_kernel_measured_only_far_away_borrows_its_familys_correction():
+    """A kernel's rows count only from neighbours within MAX_EVIDENCE_DISTANCE: a dense layer's timing
+    (another conv class, 6 away before any feature) no longer prices it on a grouped layer."""
+    op = "conv_bwd_weight"
+    grouped = ConvParams(2, 32, 64, 8, 8, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    dense = ConvParams(2, 1, 64, 256, 256, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert C.neighbor_distance(op, grouped, dense) > C.MAX_EVIDENCE_DISTANCE
+    ev = C.Evidence.from_rows([_row(op, LAYOUT, dense, "k", "two_stage", 0.05, cfg='{"block_m": 16}')])
+    r = C.rank(op, grouped, LAYOUT, "bf16", "passthrough", [("k", "two_stage", {"block_m": 16})], ev)
+    assert not r.best.basis.startswith("measured")

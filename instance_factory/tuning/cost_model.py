@@ -18,6 +18,10 @@ of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :fu
 plus a fixed penalty for a different conv class (dense / grouped / depthwise), data type (none
 between fp16 and bf16), layout family or fused op. A candidate no neighbour measured borrows its
 family's mean correction (or everyone's) with an uncertainty penalty, so measured kernels win ties.
+
+``relayout`` (copies to the channels-last twin problem, then the twin's instance) is priced as what it
+runs: the twin's time (its tuned best, else the twin's own ranking) plus its copy bytes at the copy
+bandwidth the evidence shows (:class:`Twin`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 from .model_constants import (
     CLASS_PENALTY,
+    COPY_BW,
     DEFAULT_SMS,
     DEVICE_PENALTY,
     DISTANCE_PENALTY,
@@ -43,6 +48,7 @@ from .model_constants import (
     HOST_COST_MS,
     LAUNCHES,
     LAYOUT_PENALTY,
+    MAX_EVIDENCE_DISTANCE,
     NDIM_PENALTY,
     NEAREST_PROBLEMS,
     NEIGHBORS_PER_KERNEL,
@@ -53,10 +59,11 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .roofline import gemm_shape, model_ms, tf32_split
+from .roofline import gemm_shape, model_ms, relayout_copy_bytes, tf32_split
+from .schema import problem_key
 
-__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
-           "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "signature"]
+__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "Twin", "conv_class", "features", "gemm_shape",
+           "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "signature", "twin_layout_name"]
 
 def conv_class(params: Any) -> str:
     """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""
@@ -159,6 +166,7 @@ class _Tuned:
     algorithms: dict[str, str] = field(default_factory=dict)  # signature -> algorithm
     winner: str = ""  # the fastest ok instance's name
     foreign: bool = False  # measured on another device kind
+    relayout_residual: float | None = None  # log(relayout's ms / (its twin's best + copies)), :func:`_fit_copy_bw`
 
 
 @dataclass
@@ -168,6 +176,12 @@ class Evidence:
     problems: list[_Tuned]
     host_floor_ms: dict[tuple[str, str], float]  # (op, algorithm) -> the fastest measured call
     sms: int = DEFAULT_SMS
+    copy_bw: float = COPY_BW  # bytes/s of relayout's copies (:func:`_fit_copy_bw`)
+
+    @functools.cached_property
+    def tuned(self) -> dict[str, _Tuned]:
+        """This device's tuned problems by key (other device kinds' rows left out)."""
+        return {t.key: t for t in self.problems if not t.foreign}
 
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]], sms: int = DEFAULT_SMS,
@@ -190,6 +204,7 @@ class Evidence:
                 if k in floor:
                     floor[k] = min(floor[k], min(one) * (1 + EXTRA_LAUNCH * (n - 1)))
         ev = cls(problems, floor, sms)
+        ev.copy_bw = _fit_copy_bw(ev)  # from the measured times, before they become corrections
         for t in problems:  # log measured -> log(measured / model), the model at least its host floor
             for sig, log_ms in t.corrections.items():  # (the blend here too: H100 0.947 -> 0.941, model_constants)
                 alg = t.algorithms[sig]
@@ -289,6 +304,31 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
     return out
 
 
+def twin_layout_name(ndim: int) -> str:
+    """The channels-last layout (NHWGC family) that ``relayout`` copies a problem's tensors to."""
+    from ..layouts import layout_for
+
+    return layout_for("nhwgc", ndim).name
+
+
+def _fit_copy_bw(ev: Evidence) -> float:
+    """relayout's copy bandwidth on this device: the median over its tuned problems whose twin is tuned
+    too of copy bytes / (relayout's time - the twin's best); COPY_BW where no such pair exists. Then
+    each such problem's ``relayout_residual`` against that bandwidth. Reads ``corrections`` while they
+    still hold log(ms)."""
+    pairs = []
+    for t in ev.tuned.values():
+        rel = [c for sig, c in t.corrections.items() if t.algorithms[sig] == "relayout"]
+        twin = ev.tuned.get(problem_key(t.op, t.params, twin_layout_name(t.params.ndim), t.dtype, t.fused))
+        if rel and twin is not None:
+            pairs.append((t, math.exp(min(rel)), twin.best_ms, relayout_copy_bytes(t.op, t.params, t.layout, t.dtype)))
+    rates = [nbytes / ((ms - twin_ms) * 1e-3) for _, ms, twin_ms, nbytes in pairs if ms > twin_ms]
+    bw = _quantile(rates, 0.5) if rates else COPY_BW
+    for t, ms, twin_ms, nbytes in pairs:
+        t.relayout_residual = math.log(ms / (twin_ms + 1e3 * nbytes / bw))
+    return bw
+
+
 def _quantile(xs: Sequence[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -313,6 +353,15 @@ def _cfg_of(sig: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # ranking
 # ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Twin:
+    """What a ``relayout`` candidate runs: the channels-last twin problem's layout and the candidates
+    that can run it (the registry's at run time, the measured rows in leave-one-out)."""
+
+    layout: str
+    candidates: Sequence[tuple[str, str, Mapping[str, Any]]]
+
+
 @dataclass
 class Prediction:
     name: str
@@ -334,10 +383,11 @@ class Ranking:
 
 def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
          candidates: Sequence[tuple[str, str, Mapping[str, Any]]], evidence: Evidence,
-         exclude: str | Collection[str] | None = None) -> Ranking:
+         exclude: str | Collection[str] | None = None, twin: Twin | None = None) -> Ranking:
     """Predicted time of each candidate ``(name, algorithm, cfg)`` on the problem, fastest first
     (ties: candidate order). ``exclude``: a problem key, or a set of them, whose evidence is ignored
-    (leave-one-out)."""
+    (leave-one-out). ``twin``: what a ``relayout`` candidate runs, to price it as the twin's time plus
+    its copies (without it, relayout is corrected by its neighbours like any kernel)."""
     feats = features(op, params)
     hidden = {exclude} if isinstance(exclude, str) else set(exclude or ())
     near: list[tuple[float, _Tuned]] = []
@@ -359,12 +409,17 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             all_corr.append((w, c))
 
     fam = _layout_family(layout, params.G)
+    through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin, evidence, hidden, near)
+                    if twin is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
     preds = []
     for name, alg, cfg in candidates:
+        if alg == "relayout" and through_twin is not None:
+            preds.append(Prediction(name, alg, through_twin[0], through_twin[0], through_twin[1]))
+            continue
         variant = kernel_variant(op, dtype, alg)
         sig = fam + "|" + signature(variant, cfg)
         m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg))
-        seen = [(d, t) for d, t in near if sig in t.corrections][:NEIGHBORS_PER_KERNEL]
+        seen = [(d, t) for d, t in near if sig in t.corrections and d <= MAX_EVIDENCE_DISTANCE][:NEIGHBORS_PER_KERNEL]
         if seen:
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
@@ -380,6 +435,31 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         preds.append(Prediction(name, alg, m * math.exp(corr), m, basis))
     order = sorted(range(len(preds)), key=lambda i: (preds[i].predicted_ms, i))
     return Ranking([preds[i] for i in order], [(d, t.key) for d, t in closest])
+
+
+def _twin_prediction(op: str, params: Any, layout: str, dtype: str, fused: str, twin: Twin, evidence: Evidence,
+                     hidden: Collection[str], near: Sequence[tuple[float, _Tuned]]) -> tuple[float, str] | None:
+    """(ms, basis) of ``relayout`` on the problem: its copies plus the twin's tuned best (what lookup
+    serves the twin), else the twin's best predicted time, times the nearest relayout rows' residual
+    against the same sum (small planes and fp32 copy slower); None when no twin time is known. The H100
+    file's relayout rows sit within a median 3-17% of the sum per pass and layout family (session 36),
+    where neighbour corrections of relayout rows borrowed other layers' twin speeds."""
+    copy_bytes = relayout_copy_bytes(op, params, layout, dtype)
+    copy_ms = 1e3 * copy_bytes / evidence.copy_bw
+    key = problem_key(op, params, twin.layout, dtype, fused)
+    tuned = evidence.tuned.get(key)
+    if tuned is not None and key not in hidden:
+        twin_ms, what = tuned.best_ms, f"the twin's tuned best {tuned.best_ms:.4g} ms"
+    elif twin.candidates:
+        best = rank(op, params, twin.layout, dtype, fused, twin.candidates, evidence, exclude=hidden).best
+        twin_ms, what = best.predicted_ms, f"the twin's predicted best {best.predicted_ms:.4g} ms ({best.name})"
+    else:
+        return None
+    seen = [(d, t.relayout_residual) for d, t in near if t.relayout_residual is not None][:NEIGHBORS_PER_KERNEL]
+    residual = _wmean([(_neighbor_weight(d), r) for d, r in seen]) if seen else 0.0
+    return (twin_ms + copy_ms) * math.exp(residual), (
+        f"{what} + copies {copy_ms:.4g} ms ({copy_bytes / 1e6:.0f} MB at {evidence.copy_bw / 1e9:.0f} GB/s)"
+        + (f", x{math.exp(residual):.2f} as on {len(seen)} neighbour(s)" if seen else ""))
 
 
 def _neighbor_weight(d: float) -> float:

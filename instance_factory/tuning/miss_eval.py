@@ -21,7 +21,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank, repair_disturbed
+from .cost_model import FAILED_FACTOR, Evidence, Twin, conv_class, kernel_ms, rank, repair_disturbed, twin_layout_name
+from .schema import problem_key
 
 __all__ = ["HIDE_MODES", "evaluate_databases", "layer_signature", "leave_one_out", "summarize", "summary_markdown"]
 
@@ -91,7 +92,8 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
         times = {r["instance"]: _measured(r) for r in group}
         cands = [(r["instance"], r["algorithm"], r["instance_params"]) for r in group]
         hidden = layers[layer_signature(t.params)] if hide == "layer" else {t.key}
-        ranking = rank(t.op, t.params, t.layout, t.dtype, t.fused, _parsed(cands), ev, exclude=hidden)
+        ranking = rank(t.op, t.params, t.layout, t.dtype, t.fused, _parsed(cands), ev, exclude=hidden,
+                       twin=_twin(t, by_key))
         chosen = ranking.best.name
         base = _baseline(t, ev, times, problem_distance, hidden)
         op, layout, dtype, fused, _ = split_problem_key(t.key)
@@ -101,6 +103,15 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
                     "predicted_ms": ranking.best.predicted_ms,
                     "baseline": base, "baseline_ratio": _ratio(t.best_ms, times.get(base)) if base else None})
     return out
+
+
+def _twin(t: Any, by_key: Mapping[str, Sequence[Mapping[str, Any]]]) -> Twin | None:
+    """relayout's channels-last twin with the instances measured on it (the candidates there, as this
+    problem's rows are here); None when the twin has no rows."""
+    layout = twin_layout_name(t.params.ndim)
+    rows = by_key.get(problem_key(t.op, t.params, layout, t.dtype, t.fused), ())
+    return Twin(layout, _parsed([(r["instance"], r["algorithm"], r["instance_params"]) for r in rows])) if rows \
+        else None
 
 
 def _parsed(cands: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, dict]]:

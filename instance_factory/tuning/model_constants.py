@@ -10,6 +10,10 @@ import math
 PEAK_FLOPS = {"fp16": 700e12, "bf16": 700e12, "fp8": 1200e12, "tf32": 350e12, "fp32": 50e12}
 CUDA_CORE_FLOPS = 50e12  # algorithms without tensor-core tiles (direct, depthwise)
 MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the correction absorbs)
+# relayout's copies when the evidence holds no relayout row beside its twin's (Evidence.copy_bw fits it per
+# device): the H100 file's 860 relayout rows ran at their twin's tuned best plus their copy bytes at a
+# median 2.2-2.6 TB/s per class (session 36).
+COPY_BW = 2.5e12
 L2_BW = 8.0e12  # operand reads: a tile reads (block_m + block_n) x its reduction (many on small tiles)
 DEFAULT_SMS, MAX_SPLIT = 132, 64
 
@@ -114,6 +118,12 @@ NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
 NOISY_SPREAD = 2.0  # kernel_ms: a row with p80 > this x p20 was disturbed; its p20 stands for it
 DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
+# A kernel's own rows count only from neighbours this close; beyond, its family's correction stands in.
+# Another conv class is 6 away before any feature: ResNeXt-101 32x8d's group-major C8 wgrad had two_stage
+# predicted at 0.29 ms from dense rows at distance 12 (it runs 1.6 ms; relayout 0.35). Session 36,
+# leave-one-out with the layer hidden over the H100 file: no limit 0.9332, 6.5 0.9343, 8 / 9 / 11
+# 0.9351 (below 0.5x 16 -> 15; group-major grouped wgrad 0.858 -> 0.903).
+MAX_EVIDENCE_DISTANCE = 9.0
 # neighbour weights fall as distance^-3: the same layer at another batch size (distance ~1) must
 # outvote layers of another network (~2). Leave-one-out over the H100 rows (db evaluate): power 1
 # 0.862, 2 0.878, 3 0.882 of the tuned best (dense wgrad 0.816 -> 0.844, grouped dgrad 0.964 -> 0.998);

@@ -32,7 +32,7 @@ from .model_constants import (
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
-__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms", "tf32_split", "with_floor"]
+__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms", "relayout_copy_bytes", "tf32_split", "with_floor"]
 
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
@@ -75,6 +75,16 @@ def _tensor_rate(op: str, dtype: str, algorithm: str) -> float:
 
 def _elem_bytes(dtype: str) -> int:
     return 4 if dtype.startswith("fp32") else 2
+
+
+def relayout_copy_bytes(op: str, params: Any, layout: str, dtype: str) -> int:
+    """Bytes ``relayout``'s copies read and write around its channels-last twin: each activation
+    tensor once each way (the operands in, the bwd-data result back) and a KC-order weight (GKC..)."""
+    eb = _elem_bytes(dtype)
+    act = params.numel("input") + params.numel("output")
+    kc_weight = layout.split("/")[1].startswith("GKC")
+    wei = params.numel("weight") * (4 if dtype == "bf16_fp32w" else eb) if kc_weight else 0
+    return 2 * (act * eb + wei)
 
 
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
