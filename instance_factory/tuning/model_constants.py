@@ -117,7 +117,13 @@ NEIGHBORS_PER_KERNEL = 3
 NEAREST_PROBLEMS = 6  # the per-algorithm / global fallbacks average over these
 FAILED_FACTOR = 20.0  # a kernel that failed on a neighbour counts as this many times its best
 NOISY_SPREAD = 2.0  # kernel_ms: a row with p80 > this x p20 was disturbed; its p20 stands for it
-DISTANCE_PENALTY = 0.05  # log-time added per unit distance to the nearest evidence
+# log-time added per unit distance to the nearest evidence of a kernel. Session 36 (with relayout priced
+# through its twin and MAX_EVIDENCE_DISTANCE), leave-one-out with the layer hidden, penalty 0.05 / 0.1 /
+# 0.15 / 0.2 / 0.3: H100 0.9351 / 0.9353 / 0.9361 / 0.9351 / 0.9314, H200 0.9347 / 0.9378 / 0.9373 / - / -
+# (below 0.5x: H100 15 -> 14, H200 9 -> 7); group-major depthwise dgrad 0.81 -> 0.91. A kernel priced from
+# layers 3+ away no longer outranks the ones the same layer's other dtype measured (group-major
+# ConvNeXt 7x7 dgrad: bdtap from 3.4 away at 0.11 ms predicted, 0.28 measured, over dwtaps at 0.116).
+DISTANCE_PENALTY = 0.15
 # A kernel's own rows count only from neighbours this close; beyond, its family's correction stands in.
 # Another conv class is 6 away before any feature: ResNeXt-101 32x8d's group-major C8 wgrad had two_stage
 # predicted at 0.29 ms from dense rows at distance 12 (it runs 1.6 ms; relayout 0.35). Session 36,
