@@ -15,6 +15,7 @@ __all__ = [
     "LAYOUT_FAMILIES",
     "LayoutTriple",
     "all_layouts",
+    "channels_last_twin",
     "layout_for",
     "parse_layout",
 ]
@@ -104,6 +105,12 @@ def all_layouts(ndim: int | None = None) -> list[LayoutTriple]:
 
 def layout_for(layout_family: str, ndim: int) -> LayoutTriple:
     return LayoutTriple(layout_family, ndim, *_layout_family_triples(layout_family, ndim))
+
+
+def channels_last_twin(ndim: int) -> LayoutTriple:
+    """The channels-last triple (GKYXC weight) that ``relayout`` copies a problem of ``ndim`` to; the
+    cost model prices relayout by that twin problem."""
+    return layout_for("nhwgc", ndim)
 
 
 _BY_NAME = {lt.name: lt for lt in all_layouts()}

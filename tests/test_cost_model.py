@@ -400,24 +400,24 @@ def test_relayout_is_priced_as_its_twin_plus_its_copies():
     op = "conv_bwd_weight"
     dw = ConvParams(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
     near = ConvParams(2, 96, 32, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
-    nbytes = R.relayout_copy_bytes(op, near, GM, "bf16")
+    nbytes = R.relayout_copy_bytes(near, GM, "bf16")
     assert nbytes == 2 * 2 * (near.numel("input") + near.numel("output"))  # GKYXC weight: no copy
-    assert R.relayout_copy_bytes(op, near, "NGCHW/GKCYX/NGKHW", "bf16") == nbytes + 4 * near.numel("weight")
+    assert R.relayout_copy_bytes(near, "NGCHW/GKCYX/NGKHW", "bf16") == nbytes + 4 * near.numel("weight")
     copy_ms = 1e3 * nbytes / 2.0e12  # the neighbour's relayout ran at 2 TB/s of copies
     rows = [_row(op, LAYOUT, near, "nat", "dwslide", 0.1), _row(op, GM, near, "rel", "relayout", 0.1 + copy_ms),
             _row(op, GM, near, "nat_gm", "dwslide", 0.5), _row(op, LAYOUT, dw, "nat", "dwslide", 0.15)]
     ev = C.Evidence.from_rows(rows)
     assert ev.copy_bw == pytest.approx(2.0e12)
     cands = [("rel", "relayout", {"inner": "lookup"}), ("nat_gm", "dwslide", {})]
-    twin = C.Twin(LAYOUT, [("nat", "dwslide", {})])
-    r = C.rank(op, dw, GM, "bf16", "passthrough", cands, ev, twin=twin)
+    twin = [("nat", "dwslide", {})]
+    r = C.rank(op, dw, GM, "bf16", "passthrough", cands, ev, twin_candidates=twin)
     rel = next(p for p in r.predictions if p.name == "rel")
-    want = 0.15 + 1e3 * R.relayout_copy_bytes(op, dw, GM, "bf16") / 2.0e12
+    want = 0.15 + 1e3 * R.relayout_copy_bytes(dw, GM, "bf16") / 2.0e12
     assert rel.predicted_ms == pytest.approx(want) and "twin's tuned best" in rel.basis
     assert r.best.name == "rel"
     # the twin hidden too (a layer nobody tuned): its own ranking prices it, the copies stay
     hidden = {f"{op}|{LAYOUT}|bf16|passthrough|{dw.key()}"}
-    rel = next(p for p in C.rank(op, dw, GM, "bf16", "passthrough", cands, ev, exclude=hidden, twin=twin).predictions
+    rel = next(p for p in C.rank(op, dw, GM, "bf16", "passthrough", cands, ev, exclude=hidden, twin_candidates=twin).predictions
                if p.name == "rel")
     assert "twin's predicted best" in rel.basis and rel.predicted_ms > want - 0.15
     # without a twin, relayout is corrected by its neighbours like any kernel

@@ -37,7 +37,7 @@ from ..algorithms import ALGORITHMS, Algorithm, RunArgs, Runner, register_algori
 from ..dtypes import DataType
 from ..epilogue import FusedOp
 from ..kernel_config import KernelConfig
-from ..layouts import LayoutTriple, layout_for
+from ..layouts import LayoutTriple, channels_last_twin
 from ..problem import ConvParams
 from . import import_kernel_modules
 from .layout_copy import KERNELS as COPY_KERNELS
@@ -66,7 +66,7 @@ class RelayoutConfig(KernelConfig):
 
 def twin_layout(layout: LayoutTriple) -> LayoutTriple:
     """The channels-last layout with the same weight axes order where one exists (GKYXC)."""
-    return layout_for("nhwgc", layout.ndim)
+    return channels_last_twin(layout.ndim)
 
 
 def decline(cfg: RelayoutConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,

@@ -21,7 +21,7 @@ family's mean correction (or everyone's) with an uncertainty penalty, so measure
 
 ``relayout`` (copies to the channels-last twin problem, then the twin's instance) is priced as what it
 runs: the twin's time (its tuned best, else the twin's own ranking) plus its copy bytes at the copy
-bandwidth the evidence shows (:class:`Twin`).
+bandwidth the evidence shows (``rank(..., twin_candidates=)``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..layouts import channels_last_twin
 from .model_constants import (
     CLASS_PENALTY,
     COPY_BW,
@@ -62,8 +63,8 @@ from .model_constants import (
 from .roofline import gemm_shape, model_ms, relayout_copy_bytes, tf32_split
 from .schema import problem_key
 
-__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "Twin", "conv_class", "features", "gemm_shape",
-           "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "signature", "twin_layout_name"]
+__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
+           "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "signature"]
 
 def conv_class(params: Any) -> str:
     """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""
@@ -304,13 +305,6 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
     return out
 
 
-def twin_layout_name(ndim: int) -> str:
-    """The channels-last layout (NHWGC family) that ``relayout`` copies a problem's tensors to."""
-    from ..layouts import layout_for
-
-    return layout_for("nhwgc", ndim).name
-
-
 def _fit_copy_bw(ev: Evidence) -> float:
     """relayout's copy bandwidth on this device: the median over its tuned problems whose twin is tuned
     too of copy bytes / (relayout's time - the twin's best); COPY_BW where no such pair exists. Then
@@ -319,9 +313,9 @@ def _fit_copy_bw(ev: Evidence) -> float:
     pairs = []
     for t in ev.tuned.values():
         rel = [c for sig, c in t.corrections.items() if t.algorithms[sig] == "relayout"]
-        twin = ev.tuned.get(problem_key(t.op, t.params, twin_layout_name(t.params.ndim), t.dtype, t.fused))
-        if rel and twin is not None:
-            pairs.append((t, math.exp(min(rel)), twin.best_ms, relayout_copy_bytes(t.op, t.params, t.layout, t.dtype)))
+        twin = rel and ev.tuned.get(problem_key(t.op, t.params, channels_last_twin(t.params.ndim), t.dtype, t.fused))
+        if twin:
+            pairs.append((t, math.exp(min(rel)), twin.best_ms, relayout_copy_bytes(t.params, t.layout, t.dtype)))
     rates = [nbytes / ((ms - twin_ms) * 1e-3) for _, ms, twin_ms, nbytes in pairs if ms > twin_ms]
     bw = _quantile(rates, 0.5) if rates else COPY_BW
     for t, ms, twin_ms, nbytes in pairs:
@@ -353,15 +347,6 @@ def _cfg_of(sig: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # ranking
 # ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Twin:
-    """What a ``relayout`` candidate runs: the channels-last twin problem's layout and the candidates
-    that can run it (the registry's at run time, the measured rows in leave-one-out)."""
-
-    layout: str
-    candidates: Sequence[tuple[str, str, Mapping[str, Any]]]
-
-
 @dataclass
 class Prediction:
     name: str
@@ -383,11 +368,14 @@ class Ranking:
 
 def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
          candidates: Sequence[tuple[str, str, Mapping[str, Any]]], evidence: Evidence,
-         exclude: str | Collection[str] | None = None, twin: Twin | None = None) -> Ranking:
+         exclude: str | Collection[str] | None = None,
+         twin_candidates: Sequence[tuple[str, str, Mapping[str, Any]]] | None = None) -> Ranking:
     """Predicted time of each candidate ``(name, algorithm, cfg)`` on the problem, fastest first
     (ties: candidate order). ``exclude``: a problem key, or a set of them, whose evidence is ignored
-    (leave-one-out). ``twin``: what a ``relayout`` candidate runs, to price it as the twin's time plus
-    its copies (without it, relayout is corrected by its neighbours like any kernel)."""
+    (leave-one-out). ``twin_candidates``: the candidates of the channels-last twin problem that a
+    ``relayout`` candidate runs (the registry's at run time, the measured rows in leave-one-out), to
+    price relayout as the twin's time plus its copies (without them, relayout is corrected by its
+    neighbours like any kernel)."""
     feats = features(op, params)
     hidden = {exclude} if isinstance(exclude, str) else set(exclude or ())
     near: list[tuple[float, _Tuned]] = []
@@ -409,8 +397,8 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             all_corr.append((w, c))
 
     fam = _layout_family(layout, params.G)
-    through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin, evidence, hidden, near)
-                    if twin is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
+    through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin_candidates, evidence, hidden, near)
+                    if twin_candidates is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
     preds = []
     for name, alg, cfg in candidates:
         if alg == "relayout" and through_twin is not None:
@@ -437,21 +425,23 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     return Ranking([preds[i] for i in order], [(d, t.key) for d, t in closest])
 
 
-def _twin_prediction(op: str, params: Any, layout: str, dtype: str, fused: str, twin: Twin, evidence: Evidence,
+def _twin_prediction(op: str, params: Any, layout: str, dtype: str, fused: str,
+                     twin_candidates: Sequence[tuple[str, str, Mapping[str, Any]]], evidence: Evidence,
                      hidden: Collection[str], near: Sequence[tuple[float, _Tuned]]) -> tuple[float, str] | None:
     """(ms, basis) of ``relayout`` on the problem: its copies plus the twin's tuned best (what lookup
     serves the twin), else the twin's best predicted time, times the nearest relayout rows' residual
     against the same sum (small planes and fp32 copy slower); None when no twin time is known. The H100
     file's relayout rows sit within a median 3-17% of the sum per pass and layout family (session 36),
     where neighbour corrections of relayout rows borrowed other layers' twin speeds."""
-    copy_bytes = relayout_copy_bytes(op, params, layout, dtype)
+    copy_bytes = relayout_copy_bytes(params, layout, dtype)
     copy_ms = 1e3 * copy_bytes / evidence.copy_bw
-    key = problem_key(op, params, twin.layout, dtype, fused)
+    twin_layout = channels_last_twin(params.ndim)
+    key = problem_key(op, params, twin_layout, dtype, fused)
     tuned = evidence.tuned.get(key)
     if tuned is not None and key not in hidden:
         twin_ms, what = tuned.best_ms, f"the twin's tuned best {tuned.best_ms:.4g} ms"
-    elif twin.candidates:
-        best = rank(op, params, twin.layout, dtype, fused, twin.candidates, evidence, exclude=hidden).best
+    elif twin_candidates:
+        best = rank(op, params, twin_layout.name, dtype, fused, twin_candidates, evidence, exclude=hidden).best
         twin_ms, what = best.predicted_ms, f"the twin's predicted best {best.predicted_ms:.4g} ms ({best.name})"
     else:
         return None

@@ -271,7 +271,7 @@ def explain(op: str, params: Any, *, layout: Any, dtype: Any, fused_op: str = "p
     proven = [i for i in runnable if i.algorithm not in UNPROVEN_ALGORITHMS] or runnable
     ranking = rank(op, params, lt.name, dname, fused, [(i.name, i.algorithm, i.cfg) for i in proven],
                    index.evidence(dev), exclude=key if untuned else None,
-                   twin=_relayout_twin(reg, op, params, dname, fused, proven))
+                   twin_candidates=_relayout_twin_candidates(reg, op, params, dname, fused, proven))
     inst = reg.get(ranking.best.name)
     nearest = ranking.neighbors[0] if ranking.neighbors else (None, None)
     source = "heuristic" if ranking.neighbors else "model"
@@ -316,18 +316,17 @@ def predicted_order(op: str, params: Any, layout: str, dtype_name: str, fused: s
 UNPROVEN_ALGORITHMS: frozenset[str] = frozenset()
 
 
-def _relayout_twin(reg: Any, op: str, params: Any, dtype_name: str, fused: str, instances: Sequence[Any]) -> Any:
-    """The channels-last twin a ``relayout`` candidate among ``instances`` runs (its candidates are what
-    the twin's own lookup would rank), or None when none of them is relayout."""
-    from ..layouts import layout_for
-    from .cost_model import Twin
+def _relayout_twin_candidates(reg: Any, op: str, params: Any, dtype_name: str, fused: str,
+                              instances: Sequence[Any]) -> list[tuple[str, str, Any]] | None:
+    """What the channels-last twin's own lookup would rank, for a ``relayout`` candidate among
+    ``instances`` (None when none of them is relayout)."""
+    from ..layouts import channels_last_twin
 
     if not any(i.algorithm == "relayout" for i in instances):
         return None
-    twin = layout_for("nhwgc", params.ndim)
-    runnable, _ = reg.candidates(op, params, twin, dtype_name, fused)
+    runnable, _ = reg.candidates(op, params, channels_last_twin(params.ndim), dtype_name, fused)
     proven = [i for i in runnable if i.algorithm not in UNPROVEN_ALGORITHMS] or runnable
-    return Twin(twin.name, [(i.name, i.algorithm, i.cfg) for i in proven])
+    return [(i.name, i.algorithm, i.cfg) for i in proven]
 
 
 def _get_instance(reg: Any, name: str) -> Any:

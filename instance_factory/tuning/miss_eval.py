@@ -21,7 +21,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cost_model import FAILED_FACTOR, Evidence, Twin, conv_class, kernel_ms, rank, repair_disturbed, twin_layout_name
+from ..layouts import channels_last_twin
+from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank, repair_disturbed
 from .schema import problem_key
 
 __all__ = ["HIDE_MODES", "evaluate_databases", "layer_signature", "leave_one_out", "summarize", "summary_markdown"]
@@ -93,7 +94,7 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
         cands = [(r["instance"], r["algorithm"], r["instance_params"]) for r in group]
         hidden = layers[layer_signature(t.params)] if hide == "layer" else {t.key}
         ranking = rank(t.op, t.params, t.layout, t.dtype, t.fused, _parsed(cands), ev, exclude=hidden,
-                       twin=_twin(t, by_key))
+                       twin_candidates=_twin_candidates(t, by_key))
         chosen = ranking.best.name
         base = _baseline(t, ev, times, problem_distance, hidden)
         op, layout, dtype, fused, _ = split_problem_key(t.key)
@@ -105,13 +106,11 @@ def leave_one_out(rows: Iterable[Mapping[str, Any]], *, sms: int = 132, hide: st
     return out
 
 
-def _twin(t: Any, by_key: Mapping[str, Sequence[Mapping[str, Any]]]) -> Twin | None:
-    """relayout's channels-last twin with the instances measured on it (the candidates there, as this
-    problem's rows are here); None when the twin has no rows."""
-    layout = twin_layout_name(t.params.ndim)
-    rows = by_key.get(problem_key(t.op, t.params, layout, t.dtype, t.fused), ())
-    return Twin(layout, _parsed([(r["instance"], r["algorithm"], r["instance_params"]) for r in rows])) if rows \
-        else None
+def _twin_candidates(t: Any, by_key: Mapping[str, Sequence[Mapping[str, Any]]]) -> list | None:
+    """The instances measured on relayout's channels-last twin (the candidates there, as this problem's
+    rows are here); None when the twin has no rows."""
+    rows = by_key.get(problem_key(t.op, t.params, channels_last_twin(t.params.ndim), t.dtype, t.fused), ())
+    return _parsed([(r["instance"], r["algorithm"], r["instance_params"]) for r in rows]) if rows else None
 
 
 def _parsed(cands: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, dict]]:

@@ -77,9 +77,10 @@ def _elem_bytes(dtype: str) -> int:
     return 4 if dtype.startswith("fp32") else 2
 
 
-def relayout_copy_bytes(op: str, params: Any, layout: str, dtype: str) -> int:
+def relayout_copy_bytes(params: Any, layout: str, dtype: str) -> int:
     """Bytes ``relayout``'s copies read and write around its channels-last twin: each activation
-    tensor once each way (the operands in, the bwd-data result back) and a KC-order weight (GKC..)."""
+    tensor once each way (the operands in, the bwd-data result back) and a KC-order weight (GKC..),
+    alike for both passes."""
     eb = _elem_bytes(dtype)
     act = params.numel("input") + params.numel("output")
     kc_weight = layout.split("/")[1].startswith("GKC")
