@@ -132,18 +132,18 @@ def test_declines_a_twin_no_instance_runs(op):
 @pytest.mark.parametrize("op", ["conv_bwd_weight", "conv_bwd_data"])
 def test_kernel_hash_covers_the_served_kernels(op):
     # relayout's rows go stale when its transpose or any kernel of its pass that can serve the twin
-    # changes; the families that decline every channels-last problem (cfirst) never serve it and are
-    # left out, and so is the other pass
+    # changes; the families that decline every channels-last problem (cfirst, dwplane) never serve it
+    # and are left out, and so is the other pass
     from instance_factory.kernels.layout_copy import KERNELS as COPY_KERNELS
 
-    assert relayout.CHANNELS_FIRST_ONLY == ("cfirst",)
+    assert relayout.CHANNELS_FIRST_ONLY == ("cfirst", "dwplane")
     served = {k for (alg_op, name), alg in ALGORITHMS.items() if alg_op == op and name != "relayout"
               and name not in relayout.CHANNELS_FIRST_ONLY
               and alg.config.__module__.startswith("instance_factory.") for k in alg.kernels}
     names = {(k.fn.__module__, k.fn.__name__) for k in ALGORITHMS[(op, "relayout")].kernels}
     missing = {(k.fn.__module__, k.fn.__name__) for k in (*served, *COPY_KERNELS)} - names
     assert not missing, missing
-    for other in ("_bwd_weight_cfirst_kernel", "_bwd_data_cfirst_kernel",
+    for other in ("_bwd_weight_cfirst_kernel", "_bwd_data_cfirst_kernel", "_dwplane_kernel",
                   "_bwd_data_igemm_kernel" if op == "conv_bwd_weight" else "_bwd_weight_finalize_kernel"):
         assert other not in {name for _, name in names}, other
 

@@ -154,7 +154,7 @@ def bind(args: RunArgs, op: str) -> Runner:
 
 # families that decline every channels-last problem never serve the twin: their changes leave
 # relayout's rows alone
-CHANNELS_FIRST_ONLY = ("cfirst",)
+CHANNELS_FIRST_ONLY = ("cfirst", "dwplane")
 
 # every other kernel of a pass can serve its twin: their modules first (factory imports this one last)
 import_kernel_modules()

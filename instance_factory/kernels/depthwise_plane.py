@@ -1,0 +1,302 @@
+"""Depthwise conv_bwd_weight on planar layouts, on tensor cores: "dwplane".
+
+dw[g, 0, 0, z, y, x] = sum over output positions o of dy[o, g] * x[o*s - p + (z, y, x)*dil, g]
+
+In channels-first (NGCHW) and, for one channel per group, group-major (GNHWC) tensors each (n, g)
+plane is contiguous along W. The channels-last kernels (dwslide, dwslab, ...) put channels on the
+vector lanes; on a plane that axis is H*W elements apart, so every lane reads its own sector, and
+relayout (two copies and the channels-last kernel) was the best these layouts had.
+
+Here the lanes run along W, and the taps along x become a matrix product. Cut each output row into
+column blocks of TW columns. For block m (one (n, od, oh, column block) of group g) let
+B[m, i] = dy[n, g, od, oh, ow0 + i] (i < TW) and, for filter row ty,
+A[m, ty*J + j] = x[n, g, od*s_d - p_d + tz*dil_d, oh*s_h - p_h + ty*dil_h, ow0*s_w - p_w + j] (j < J).
+Then C = A^T B summed over the blocks holds every tap of the program's filter rows on a diagonal:
+dw[tz, ty, tx] = sum over i of C[ty*J + s_w*i + dil_w*tx, i]. The loads are plain 2D tiles, contiguous
+along j and i; the products run as one tensor-core dot per block of BLOCK_M column blocks, and dy is
+loaded once for all filter rows of a tz. The dot spends J*J*FYP products on TW*FX*FY useful ones;
+tensor cores have that headroom, the load issue rate it saves is what bounded the lane-per-channel kernels.
+
+Grid = (G * FZ, row chunks), tz fastest (the programs of one group read the same dy). One chunk:
+the epilogue is applied here; otherwise fp32 partials [chunk, taps, G] go through the
+deterministic split reduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import triton
+import triton.language as tl
+
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
+from ..dtypes import DataType
+from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..geometry import ConvGeometry
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .common import (
+    MAX_GRID_YZ,
+    DirectStyleConfig,
+    _dw_finalize_kernel,
+    dot_operands,
+    dot_tn,
+    finalize_launcher,
+    occupancy_split,
+    require_contiguous,
+    split_chunks,
+    split_runner,
+)
+from .host import INT32_LIMIT, sm_count
+
+__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "decline", "planar_reason",
+           "plane_vector"]
+
+DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
+_MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [FYP*J, J] product per thread: 128 spilled (H100)
+
+
+@triton.jit
+def _plane_tiles(x_ptr, dy_ptr, m0, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V, PADA_V,
+                 s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h, ys_g, ys_n, ys_d, ys_h,
+                 FY, BLOCK_M: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, VEC: tl.constexpr):
+    """The x block [BLOCK_M, FYP*J] and the dy block [BLOCK_M, J] of column blocks m0 + rows.
+
+    x is gathered as [BLOCK_M, FYP, J]: the row offsets and row tests are computed per (block,
+    filter row) and the column tests per (block, column), so each element costs one add and one
+    and (a flat [BLOCK_M, FYP*J] index spent a dozen integer operations per element)."""
+    m = m0 + rows
+    live = m < m_end
+    xb = m % XB
+    r = m // XB
+    oh = r % Ho
+    q = r // Ho
+    od = q % Do
+    n = q // Do
+    ow0_v = xb * TW_V
+    # dy: columns ow0 + i, i < TW
+    i = tl.arange(0, J)
+    iv = i // VEC  # constant over aligned runs of VEC: the loads and their masks vectorize
+    ow_v = ow0_v[:, None] + iv[None, :]
+    ym = live[:, None] & (iv < TW_V)[None, :] & (ow_v < WO_V)
+    y_row = g * ys_g + n * ys_n + od * ys_d + oh * ys_h + ow0_v
+    b = tl.load(dy_ptr + (y_row * VEC)[:, None] + i[None, :], mask=ym, other=0.0)
+    # x: rows oh*s_h - p_h + ty*dil_h, columns ow0*s_w - PADA + j
+    i_d = od * s_d - pad_d + tz * dil_d
+    d_ok = live & (i_d >= 0) & (i_d < Di)
+    ty = tl.arange(0, FYP)[None, :, None]
+    i_h = (oh * s_h - pad_h)[:, None, None] + ty * dil_h  # [BLOCK_M, FYP, 1]
+    row_ok = d_ok[:, None, None] & (i_h >= 0) & (i_h < Hi) & (ty < FY)
+    c0_v = ow0_v * s_w - PADA_V
+    row_off = ((g * xs_g + n * xs_n + i_d * xs_d + c0_v)[:, None, None] + i_h * xs_h) * VEC
+    j = tl.arange(0, J)[None, None, :]
+    cv = c0_v[:, None, None] + j // VEC  # [BLOCK_M, 1, J]
+    col_ok = (cv >= 0) & (cv < WI_V)
+    a = tl.load(x_ptr + row_off + j, mask=row_ok & col_ok, other=0.0)
+    return tl.reshape(a, (BLOCK_M, FYP * J)), b
+
+
+@triton.jit
+def _dwplane_kernel(
+    x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    alpha, beta,
+    G, FZ, M, chunk, XB, TW_V,  # column blocks per group M = N*Do*Ho*XB, per chunk, per row; columns per block / VEC
+    Do, Ho, Di, Hi, WI_V, WO_V, PADA_V, OFF,  # widths / VEC; the blocks' first input column is ow0*s_w - PADA_V*VEC
+    FY, FX, TAPS,
+    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h,
+    xs_g, xs_n, xs_d, xs_h,  # x strides / VEC (w: 1)
+    ws_g, ws_z, ws_y, ws_x,  # result (and every D) strides
+    ys_g, ys_n, ys_d, ys_h,  # dy strides / VEC (w: 1)
+    BLOCK_M: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr,
+    OPERANDS: tl.constexpr, FINAL: tl.constexpr, USE_INT64: tl.constexpr,
+    OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+):
+    pid_a = tl.program_id(0)  # (group, tz), tz fastest
+    sid = tl.program_id(1)  # chunk of column blocks
+    tz = pid_a % FZ
+    g = pid_a // FZ
+    if USE_INT64:
+        g = g.to(tl.int64)
+        sid = sid.to(tl.int64)
+    m_start = sid * chunk
+    m_end = tl.minimum(m_start + chunk, M)
+
+    i = tl.arange(0, J)  # B's columns: output column i of the block (i < TW)
+    iv = i // VEC
+    rows = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((FYP * J, J), dtype=tl.float32)
+    if PREFETCH:  # the next blocks' loads are in flight during this block's product
+        a, b = _plane_tiles(x_ptr, dy_ptr, m_start, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V,
+                            PADA_V, s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h,
+                            ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC)
+        for m0 in range(m_start, m_end, BLOCK_M):
+            an, bn = _plane_tiles(x_ptr, dy_ptr, m0 + BLOCK_M, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V,
+                                  PADA_V, s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h,
+                                  ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC)
+            acc = dot_tn(a, b, acc, OPERANDS)
+            a = an
+            b = bn
+    else:
+        for m0 in range(m_start, m_end, BLOCK_M):
+            a, b = _plane_tiles(x_ptr, dy_ptr, m0, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V, PADA_V,
+                                s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h,
+                                ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC)
+            acc = dot_tn(a, b, acc, OPERANDS)
+
+    # dw[tz, ty, tx] = sum over i < TW of acc[ty*J + OFF + s_w*i + dil_w*tx, i]
+    acc3 = tl.reshape(acc, (FYP, J, J))
+    diag = tl.arange(0, J)[:, None] - s_w * i[None, :] - OFF  # [J, J]
+    i_ok = (iv < TW_V)[None, :]
+    tyv = tl.arange(0, FYP)
+    keep_y = tyv < FY
+    for tx in range(FX):
+        sel = (diag == dil_w * tx) & i_ok
+        res = tl.sum(tl.sum(tl.where(sel[None, :, :], acc3, 0.0), axis=2), axis=1)  # [FYP]
+        if FINAL:
+            offs = g * ws_g + tz * ws_z + tyv * ws_y + tx * ws_x
+            res = apply_epilogue(res, offs, keep_y, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                                 OP, NUM_DS, USER_FN)
+            tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep_y)
+        else:  # fp32 partials [chunk, taps, G], the layout of the split reduce
+            tap = (tz * FY + tyv) * FX + tx
+            tl.store(ws_ptr + (sid * TAPS + tap) * G + g, res, mask=keep_y)
+
+
+@dataclass(frozen=True)
+class DwPlaneConfig(DirectStyleConfig):
+    """dwplane: block_m column blocks per dot (its K), j input columns per block and filter row (the
+    block holds j - dil*(FX-1) output columns at stride 1), the next blocks loaded during this block's
+    product when ``prefetch`` is 1, num_stages of the load pipeline, the
+    column blocks split in ``split`` chunks (0: automatic, ~8 programs per SM)."""
+
+    block_m: int
+    j: int
+    prefetch: int
+    num_warps: int
+    num_stages: int
+    split: int
+
+    ALGORITHM: ClassVar[str] = "dwplane"
+    POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_m", "j")
+
+    def check(self) -> str | None:
+        reason = super().check()
+        if reason:
+            return reason
+        if self.block_m < 16 or self.j < 16:
+            return f"block_m={self.block_m} and j={self.j} must be at least 16 (the dot's smallest tile)"
+        if self.prefetch not in (0, 1):
+            return f"prefetch={self.prefetch!r} must be 0 or 1"
+        if self.num_stages not in (1, 2, 3, 4):
+            return f"num_stages={self.num_stages!r} must be 1 to 4"
+        return None
+
+
+def plane_vector(geo: ConvGeometry) -> int:
+    """The largest power of two <= 8 dividing every plane stride and both widths: the kernel's
+    loads along W are VEC-element vectors (16 bytes at 8) when the blocks start VEC-aligned."""
+    xs, ys = geo.x_strides, geo.y_strides
+    vals = (xs[0], xs[1], xs[3], xs[4], ys[0], ys[1], ys[3], ys[4], geo.in3[2], geo.out3[2])
+    vec = 8
+    while vec > 1 and any(v % vec for v in vals):
+        vec //= 2
+    return vec
+
+
+def block_columns(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int = 0, vec: int = 1) -> tuple[int, int]:
+    """(output columns per block, a multiple of ``vec``; the offset of the first tap's column in the
+    block): the block's j input columns start ``vec``-aligned, pad rounded up to ``vec`` left of its
+    first output column, and hold every tap of its columns. 0 columns: j is too narrow."""
+    off = -pad_w % vec
+    tw = (j - 1 - off - dil_w * (fx - 1)) // stride_w + 1
+    return max(0, min(j, tw) // vec * vec), off
+
+
+def planar_reason(geo: ConvGeometry) -> str | None:
+    """Why the operands are not planar (each (n, g) plane contiguous along W), or None."""
+    if geo.x_strides[5] != 1 or geo.y_strides[5] != 1:
+        return ("dwplane reads (n, g) planes contiguous along W: channels-first layouts, or group-major "
+                "with one channel per group; this layout's W stride is "
+                f"{geo.x_strides[5]} (channels-last kernels fit it)")
+    return None
+
+
+def _filter_rows_padded(fy: int) -> int:
+    return triton.next_power_of_2(fy)
+
+
+def auto_split(blocks: int, base_programs: int, block_m: int, sms: int) -> int:
+    """Chunks of column blocks: ~8 programs per SM, each chunk at least two dots."""
+    return occupancy_split(base_programs, sms, 8, max(1, blocks // (2 * block_m)))
+
+
+def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
+    """A runner filling grad_wei (final dtype) from input and grad_out; all sizes fixed here once."""
+    geo, cfg = args.geo, args.cfg
+    require_contiguous(args, "dwplane")
+    block_m, j = int(cfg.block_m), int(cfg.j)
+    fz, fy, fx = geo.filt3
+    Do, Ho, Wo = geo.out3
+    vec = plane_vector(geo)
+    tw, off = block_columns(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], vec)
+    if tw == 0:  # narrower vectors leave room for a column
+        vec = 1
+        tw, off = block_columns(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], 1)
+    xb = triton.cdiv(Wo, tw)
+    blocks = geo.N * Do * Ho * xb
+    base = geo.G * fz
+    split = int(cfg.split)
+    if split <= 0:
+        split = auto_split(blocks, base, block_m, sm_count(args.out.device))
+    split, chunk = split_chunks(min(split, MAX_GRID_YZ), blocks)
+    taps = geo.taps
+    total = taps * geo.G
+    use_int64 = force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT or blocks + chunk >= INT32_LIMIT
+    final = split == 1
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    main = BoundKernel(_dwplane_kernel, (base, split),
+                       BLOCK_M=block_m, J=j, FYP=_filter_rows_padded(fy), VEC=vec, PREFETCH=bool(cfg.prefetch),
+                       OPERANDS=dot_operands(args.dtype), FINAL=final, USE_INT64=use_int64,
+                       num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages), **epi)
+    xs, ys, wst = geo.x_strides, geo.y_strides, geo.w_strides
+    pada = geo.pad3[2] + off
+    sizes = (geo.G, fz, blocks, chunk, xb, tw // vec, Do, Ho, geo.in3[0], geo.in3[1], geo.in3[2] // vec,
+             Wo // vec, pada // vec, off, fy, fx, taps, *geo.stride3, *geo.dil3, geo.pad3[0], geo.pad3[1],
+             xs[0] // vec, xs[1] // vec, xs[3] // vec, xs[4] // vec, wst[0], wst[3], wst[4], wst[5],
+             ys[0] // vec, ys[1] // vec, ys[3] // vec, ys[4] // vec)
+    finalize = None if final else finalize_launcher(split, total, use_int64, epi)
+    fin_sizes = (total, split, geo.G, 1, 1, fy, fx, *wst)
+    return split_runner(main, finalize, sizes, fin_sizes, split * total)
+
+
+def decline(cfg: DwPlaneConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
+    if dtype.name not in DTYPES:
+        return (f"dwplane multiplies on tensor cores: it takes {', '.join(DTYPES)}, not {dtype.name} "
+                "(dwslide / dwstream run true fp32)")
+    if p.C != 1 or p.K != 1:
+        return f"dwplane serves depthwise groups (C = K = 1); this problem has C={p.C}, K={p.K}"
+    if layout.layout_family == "nhwgc":  # relayout's twins: dwplane never serves them (its rows stay apart)
+        return "dwplane reads planar layouts (channels-first, group-major); channels-last kernels fit NHWGC"
+    reason = planar_reason(ConvGeometry.build(p, layout))
+    if reason:
+        return reason
+    fx, sw, dw = p.filter[-1], p.stride[-1], p.dilation[-1]
+    if block_columns(cfg.j, fx, sw, dw)[0] < 1:
+        return (f"j={cfg.j} input columns hold no output column of a {fx}-tap row at stride {sw}, "
+                f"dilation {dw}")
+    fyp = _filter_rows_padded(p.filter[-2] if p.ndim >= 2 else 1)
+    per_thread = fyp * cfg.j * cfg.j / (32 * cfg.num_warps)
+    if per_thread > _MAX_ACC_PER_THREAD:
+        return (f"{fyp} filter rows x j={cfg.j} x j needs {per_thread:g} fp32 accumulators per thread "
+                f"with num_warps={cfg.num_warps} (more than {_MAX_ACC_PER_THREAD})")
+    return None
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op="conv_bwd_weight", name="dwplane", config=DwPlaneConfig, decline=decline, bind=bind,
+    description="depthwise wgrad on planar layouts (channels-first, group-major C = 1): taps along x as a "
+                "tensor-core product of input and grad_out row blocks, read off its diagonals",
+    kernels=(_dwplane_kernel, _dw_finalize_kernel),
+))
