@@ -133,3 +133,20 @@ def test_declines_and_configs():
     assert ALG.check_config(dict(CFG, num_stages=5)) == "num_stages=5 must be 1 to 4"
     assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"
     assert ALG.check_config(dict(CFG, block_m=24)) == "block_m=24 must be a power of two from 1 to 1024"
+
+
+def test_model_work_and_roofline():
+    """The cost model's dwplane work: row blocks of tw output columns (8-wide vectors on a 56-wide
+    output), FYP*J + J tile elements and FYP*J*J products per block; narrower vectors cost more."""
+    from instance_factory.tuning.roofline import model_ms
+
+    p = P(2, 96, 64, 1, 1, (3, 3), (112, 112), (2, 2), (1, 1), (1, 1), (1, 1))
+    blocks = 96 * 64 * 56 * 7  # tw = 8: 56 / 8 blocks per output row
+    assert dpl.model_work(p, 32) == (blocks * 5 * 32, blocks * 4 * 32 * 32, 8)
+    k31 = P(1, 256, 16, 1, 1, (31,), (512,), (1,), (1,), (15,), (15,))
+    assert dpl.model_work(k31, 64) == (256 * 16 * 16 * 2 * 64, 256 * 16 * 16 * 64 * 64, 8)
+    seven = P(2, 960, 64, 1, 1, (5, 5), (7, 7), (1, 1), (1, 1), (2, 2), (2, 2))
+    assert dpl.model_work(seven, 32)[2] == 1
+    cfg = dict(block_m=32, j=32)
+    per_elem = [model_ms("conv_bwd_weight", q, "bf16", "dwplane", cfg) / dpl.model_work(q, 32)[0] for q in (p, seven)]
+    assert per_elem[1] == pytest.approx(4 * per_elem[0], rel=0.01)  # 1-wide vectors: 4x the time per element

@@ -60,6 +60,10 @@ def test_class_summary_geomean_min_and_ceilings():
     table = class_table(sf, s, 4000.0, 800.0)
     assert "| nhwgc | depthwise | data | bf16 | 2 | 1.00x | 0.50x | 38 |" in table
     assert "4 of 5 problems tuned." in table
+    assert table.startswith("Ceilings measured in this run: copy 4000 GB/s")
+    # ceilings from the command line (a summary rebuilt from stored rows) do not claim a measurement
+    given = class_table(sf, s, 3001.0, 718.0, ceilings_given=True)
+    assert given.startswith("Ceilings given on the command line (not measured in this run): copy 3001 GB/s")
 
 
 def test_write_summary_csv(tmp_path):

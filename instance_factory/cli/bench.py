@@ -74,7 +74,8 @@ def run(ns: argparse.Namespace) -> int:
                                     else (ns.copy_gbps, ns.matmul_tflops))
         sf = with_ceilings(summary_frame(rows, probs), copy_gbps, matmul_tflops)
         summary = class_summary(sf, device=dev.name)
-        table = f"### {title}\n\n" + class_table(sf, summary, copy_gbps, matmul_tflops)
+        table = f"### {title}\n\n" + class_table(sf, summary, copy_gbps, matmul_tflops,
+                                                   ceilings_given=ns.copy_gbps is not None)
     print(table)
     if ns.summary_csv and summary is not None:
         from ..tuning.classes import write_summary_csv

@@ -51,8 +51,8 @@ from .common import (
 )
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "decline", "planar_reason",
-           "plane_vector"]
+__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "decline", "model_work",
+           "planar_reason", "plane_vector"]
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [FYP*J, J] product per thread: 128 spilled (H100)
@@ -225,6 +225,25 @@ def planar_reason(geo: ConvGeometry) -> str | None:
 
 def _filter_rows_padded(fy: int) -> int:
     return triton.next_power_of_2(fy)
+
+
+def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
+    """(x and dy tile elements loaded, products of the dots, load vector width) of one call with
+    j-column blocks, for the cost model (tuning/roofline.py). The layout is not known there: the
+    vector width is taken from the plane widths alone (planar strides are multiples of them)."""
+    fz, fy, fx = (1, 1, *p.filter)[-3:]
+    do, ho, wo = (1, 1, *p.output)[-3:]
+    wi = p.input[-1]
+    vec = 8
+    while vec > 1 and (wi % vec or wo % vec):
+        vec //= 2
+    tw, _ = block_columns(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], vec)
+    if tw == 0:
+        vec = 1
+        tw, _ = block_columns(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], 1)
+    fyp = _filter_rows_padded(fy)
+    blocks = p.G * fz * p.N * do * ho * triton.cdiv(wo, max(tw, 1))
+    return blocks * (fyp + 1) * j, blocks * fyp * j * j, vec
 
 
 def auto_split(blocks: int, base_programs: int, block_m: int, sms: int) -> int:

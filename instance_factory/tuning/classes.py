@@ -90,10 +90,11 @@ def _cell(v: Any, fmt: str) -> str:
 
 
 def class_table(sf: pd.DataFrame, summary: pd.DataFrame, copy_gbps: float | None,
-                matmul_tflops: float | None) -> str:
+                matmul_tflops: float | None, ceilings_given: bool = False) -> str:
     """Markdown: per problem (class, ms, GB/s, % copy BW, TFLOP/s, % matmul, cuDNN, speedup), then
-    the per-class geometric means."""
-    out = [f"Ceilings measured in this run: copy {_cell(copy_gbps, '.0f')} GB/s (read + write), bf16 matmul "
+    the per-class geometric means. ``ceilings_given``: the ceilings came from the command line."""
+    how = "given on the command line (not measured in this run)" if ceilings_given else "measured in this run"
+    out = [f"Ceilings {how}: copy {_cell(copy_gbps, '.0f')} GB/s (read + write), bf16 matmul "
            f"{_cell(matmul_tflops, '.0f')} TFLOP/s.", "",
            "| problem | class | pass | dtype | best instance | ms | GB/s | % copy BW | TFLOP/s | % matmul "
            "| cuDNN ms | speedup |",

@@ -14,6 +14,10 @@ MEM_BW = 3.0e12  # bytes/s (an H100; an H200 has ~4.3: a constant factor the cor
 # device): the H100 file's 860 relayout rows ran at their twin's tuned best plus their copy bytes at a
 # median 2.2-2.6 TB/s per class (session 36).
 COPY_BW = 2.5e12
+# dwplane's loads: the vector width (elements) from which its tile loads run at full rate; narrower
+# vectors cost proportionally more (session 37, H100: G480 14x14 at 2-wide vectors and G960 7x7 at 1-wide
+# ran at 2.5x and 5x the L2 time of their tiles, 56-wide planes at 1.3-1.4x)
+PLANE_FULL_VECTOR = 4
 L2_BW = 8.0e12  # operand reads: a tile reads (block_m + block_n) x its reduction (many on small tiles)
 DEFAULT_SMS, MAX_SPLIT = 132, 64
 

@@ -15,6 +15,7 @@ from typing import Any
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
 from ..kernels.bwd_weight_tma import TMA_WGRAD_FAMILIES
+from ..kernels.depthwise_plane import model_work as plane_work
 from .box_rounding import boxed_reduction
 from .model_constants import (
     CUDA_CORE_FLOPS,
@@ -25,6 +26,7 @@ from .model_constants import (
     MEM_BW,
     ONE_CTA_EFFICIENCY,
     PEAK_FLOPS,
+    PLANE_FULL_VECTOR,
     POINTER_GEMMS,
     TAPS_IN_COLUMNS,
     UNALIGNED_FACTOR,
@@ -99,6 +101,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
         padded, fill = blockdiag_dgrad_work(params, algorithm, cfg, sms)
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+    elif op == "conv_bwd_weight" and algorithm == "dwplane":
+        compute_s = _plane_s(params, dtype, cfg)
     elif ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
         batch, m, n, k = gemm_shape(op, params, algorithm)
         bn = int(cfg["block_n"])
@@ -168,6 +172,16 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
     return with_floor(1e3 * max(compute_s, mem_s), host_floor_ms)
+
+
+def _plane_s(params: Any, dtype: str, cfg: Mapping[str, Any]) -> float:
+    """dwplane: its row-block tiles over L2 bandwidth (narrower vectors issue more loads: session 37,
+    H100, 7- and 14-wide planes ran 2-4x further from this than 56-wide ones) or its dots' products
+    (tf32: three bf16 products), whichever is longer."""
+    elems, products, vec = plane_work(params, int(cfg.get("j", 32)))
+    tiles_s = elems * _elem_bytes(dtype) / L2_BW * max(1.0, PLANE_FULL_VECTOR / vec)
+    rate = PEAK_FLOPS["bf16"] / 3 if dtype == "fp32_tf32" else PEAK_FLOPS.get(_compute_type(dtype), 350e12)
+    return max(tiles_s, 2.0 * products / rate)
 
 
 def with_floor(work_ms: float, floor_ms: float) -> float:
