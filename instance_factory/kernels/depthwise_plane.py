@@ -10,12 +10,15 @@ relayout (two copies and the channels-last kernel) was the best these layouts ha
 Here the lanes run along W, and the taps along x become a matrix product. Cut each output row into
 column blocks of TW columns. For block m (one (n, od, oh, column block) of group g) let
 B[m, i] = dy[n, g, od, oh, ow0 + i] (i < TW) and, for filter row ty,
-A[m, ty*J + j] = x[n, g, od*s_d - p_d + tz*dil_d, oh*s_h - p_h + ty*dil_h, ow0*s_w - p_w + j] (j < J).
-Then C = A^T B summed over the blocks holds every tap of the program's filter rows on a diagonal:
-dw[tz, ty, tx] = sum over i of C[ty*J + s_w*i + dil_w*tx, i]. The loads are plain 2D tiles, contiguous
-along j and i; the products run as one tensor-core dot per block of BLOCK_M column blocks, and dy is
-loaded once for all filter rows of a tz. The dot spends J*J*FYP products on TW*FX*FY useful ones;
-tensor cores have that headroom, the load issue rate it saves is what bounded the lane-per-channel kernels.
+A[m, ty*J + j] = x[n, g, od*s_d - p_d + tz*dil_d, oh*s_h - p_h + ty*dil_h, c0 + j] (j < J), where the
+block's first column c0 = ow0*s_w - p_w - OFF is p_w rounded up to VEC left of its first tap (so the
+row loads are aligned VEC-element vectors). Then C = A^T B summed over the blocks holds every tap of
+the program's filter rows on a diagonal: dw[tz, ty, tx] = sum over i of C[ty*J + OFF + s_w*i + dil_w*tx, i].
+The products run as one tensor-core dot per BLOCK_M column blocks, and dy is loaded once for all filter
+rows of a tz. The dot spends J*J*FYP products on TW*FX*FY useful ones; tensor cores have that headroom.
+What bounds the kernel is issuing the loads: x's addresses and masks are built per (block, filter row)
+and per (block, column) on a [BLOCK_M, FYP, J] tile, one add and one and per element (a flat index cost
+a dozen integer operations per element and half the speed, docs/BENCHMARKS.md, session 37).
 
 Grid = (G * FZ, row chunks), tz fastest (the programs of one group read the same dy). One chunk:
 the epilogue is applied here; otherwise fp32 partials [chunk, taps, G] go through the
@@ -166,10 +169,10 @@ def _dwplane_kernel(
 
 @dataclass(frozen=True)
 class DwPlaneConfig(DirectStyleConfig):
-    """dwplane: block_m column blocks per dot (its K), j input columns per block and filter row (the
-    block holds j - dil*(FX-1) output columns at stride 1), the next blocks loaded during this block's
-    product when ``prefetch`` is 1, num_stages of the load pipeline, the
-    column blocks split in ``split`` chunks (0: automatic, ~8 programs per SM)."""
+    """dwplane: block_m column blocks per dot (its K); j input columns per block and filter row (the
+    block holds up to j - dil*(FX-1) output columns at stride 1, :func:`block_columns`); the next
+    blocks loaded during this block's product when ``prefetch`` is 1; num_stages of the load pipeline;
+    the column blocks split in ``split`` chunks (0: automatic, ~8 programs per SM)."""
 
     block_m: int
     j: int
