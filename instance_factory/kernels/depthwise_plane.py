@@ -52,9 +52,10 @@ from .common import (
     split_chunks,
     split_runner,
 )
+from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "decline", "model_work",
+__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "block_plan", "decline", "model_work",
            "planar_reason", "plane_vector"]
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
@@ -201,11 +202,7 @@ def plane_vector(geo: ConvGeometry) -> int:
     """The largest power of two <= 8 dividing every plane stride and both widths: the kernel's
     loads along W are VEC-element vectors (16 bytes at 8) when the blocks start VEC-aligned."""
     xs, ys = geo.x_strides, geo.y_strides
-    vals = (xs[0], xs[1], xs[3], xs[4], ys[0], ys[1], ys[3], ys[4], geo.in3[2], geo.out3[2])
-    vec = 8
-    while vec > 1 and any(v % vec for v in vals):
-        vec //= 2
-    return vec
+    return vector_width((xs[0], xs[1], xs[3], xs[4], ys[0], ys[1], ys[3], ys[4], geo.in3[2]), geo.out3[2])
 
 
 def block_columns(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int = 0, vec: int = 1) -> tuple[int, int]:
@@ -215,6 +212,16 @@ def block_columns(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int = 0, ve
     off = -pad_w % vec
     tw = (j - 1 - off - dil_w * (fx - 1)) // stride_w + 1
     return max(0, min(j, tw) // vec * vec), off
+
+
+def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int) -> tuple[int, int, int]:
+    """(output columns per block, first tap's offset, vector width): :func:`block_columns` at ``vec``,
+    or unvectorized when aligned blocks leave no room for a column."""
+    tw, off = block_columns(j, fx, stride_w, dil_w, pad_w, vec)
+    if tw == 0:
+        vec = 1
+        tw, off = block_columns(j, fx, stride_w, dil_w, pad_w, 1)
+    return tw, off, vec
 
 
 def planar_reason(geo: ConvGeometry) -> str | None:
@@ -236,14 +243,8 @@ def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
     vector width is taken from the plane widths alone (planar strides are multiples of them)."""
     fz, fy, fx = (1, 1, *p.filter)[-3:]
     do, ho, wo = (1, 1, *p.output)[-3:]
-    wi = p.input[-1]
-    vec = 8
-    while vec > 1 and (wi % vec or wo % vec):
-        vec //= 2
-    tw, _ = block_columns(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], vec)
-    if tw == 0:
-        vec = 1
-        tw, _ = block_columns(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], 1)
+    vec = vector_width((p.input[-1],), wo)
+    tw, _, vec = block_plan(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], vec)
     fyp = _filter_rows_padded(fy)
     blocks = p.G * fz * p.N * do * ho * triton.cdiv(wo, max(tw, 1))
     return blocks * (fyp + 1) * j, blocks * fyp * j * j, vec
@@ -261,11 +262,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     block_m, j = int(cfg.block_m), int(cfg.j)
     fz, fy, fx = geo.filt3
     Do, Ho, Wo = geo.out3
-    vec = plane_vector(geo)
-    tw, off = block_columns(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], vec)
-    if tw == 0:  # narrower vectors leave room for a column
-        vec = 1
-        tw, off = block_columns(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], 1)
+    tw, off, vec = block_plan(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo))
     xb = triton.cdiv(Wo, tw)
     blocks = geo.N * Do * Ho * xb
     base = geo.G * fz
