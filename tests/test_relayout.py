@@ -132,7 +132,7 @@ def test_declines_a_twin_no_instance_runs(op):
 @pytest.mark.parametrize("op", ["conv_bwd_weight", "conv_bwd_data"])
 def test_kernel_hash_covers_the_served_kernels(op):
     # relayout's rows go stale when its transpose or any kernel of its pass that can serve the twin
-    # changes; the families that decline every channels-last problem (cfirst, dwplane) never serve it
+    # changes; the families that decline every channels-last problem (cfirst, dwplane of either pass) never serve it
     # and are left out, and so is the other pass
     from instance_factory.kernels.layout_copy import KERNELS as COPY_KERNELS
 
@@ -143,7 +143,7 @@ def test_kernel_hash_covers_the_served_kernels(op):
     names = {(k.fn.__module__, k.fn.__name__) for k in ALGORITHMS[(op, "relayout")].kernels}
     missing = {(k.fn.__module__, k.fn.__name__) for k in (*served, *COPY_KERNELS)} - names
     assert not missing, missing
-    for other in ("_bwd_weight_cfirst_kernel", "_bwd_data_cfirst_kernel", "_dwplane_kernel",
+    for other in ("_bwd_weight_cfirst_kernel", "_bwd_data_cfirst_kernel", "_dwplane_kernel", "_dwplane_dgrad_kernel",
                   "_bwd_data_igemm_kernel" if op == "conv_bwd_weight" else "_bwd_weight_finalize_kernel"):
         assert other not in {name for _, name in names}, other
 

@@ -1,0 +1,132 @@
+"""The ``dwplane`` conv_bwd_data algorithm (depthwise on planar layouts, grad_out rows times a banded
+matrix of each filter row's taps): the planar layout families x ndims, the tensor-core dtypes,
+strides, dilations and paddings (column blocks of several widths, aligned and not), blocks wider
+and narrower than the problem, fused ops, int64 offsets, declines. Fresh random data, NaN-poisoned
+result, float64 reference (the harness of test_direct_grouped.py); the interpreter on CPU, or a
+CUDA GPU."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from test_direct_grouped import FUSED_CASES, P, run_case, shape  # noqa: E402
+
+from instance_factory.algorithms import ALGORITHMS, interpreting  # noqa: E402
+from instance_factory.dtypes import DATA_TYPES  # noqa: E402
+from instance_factory.epilogue import FUSED_OPS  # noqa: E402
+from instance_factory.geometry import ConvGeometry  # noqa: E402
+from instance_factory.kernels import depthwise_plane as dpl  # noqa: E402
+from instance_factory.kernels import depthwise_plane_data as dpd  # noqa: E402
+from instance_factory.layouts import layout_for  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreting(),
+    reason="needs a CUDA GPU or TRITON_INTERPRET=1",
+)
+
+ALG = ALGORITHMS[("conv_bwd_data", "dwplane")]
+CFG = dict(block_m=16, j=16, num_warps=4, num_stages=1)
+PLANAR = ("ngchw", "ngchw_kcyx", "gnhwc")
+
+
+def check(p, dtype: str = "bf16", **kw) -> None:
+    kw.setdefault("layout_family", "ngchw")
+    err = run_case("data", p, dtype=dtype, algorithm="dwplane", base_cfg=CFG, **kw)
+    tol = DATA_TYPES[dtype].tolerance
+    assert err <= tol, f"dwplane dgrad {p} {dtype} {kw}: rel. error {err:.3g} > {tol}"
+
+
+@pytest.mark.parametrize("layout_family", PLANAR)
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_layouts_ndims(layout_family, ndim):
+    check(shape(ndim, G=5, K=1, C=1), layout_family=layout_family, seed=91)
+
+
+@pytest.mark.parametrize("dtype", dpd.DTYPES)
+def test_dtypes(dtype):
+    p = P(2, 6, 2, 1, 1, (3, 3), (7, 19), (2, 1), (1, 1), (1, 2), (0, 1))
+    check(p, dtype=dtype, seed=92)
+
+
+# (filter x, stride x, dilation x, pad x, j): several column blocks per row, stride 2 and 3, dilation 2,
+# padding past the filter, a block holding few columns, a 31-tap row (conformer) in 64 columns
+@pytest.mark.parametrize("fsdpj", [(3, 1, 1, 1, 16), (5, 2, 1, 2, 16), (3, 2, 2, 2, 16), (2, 3, 1, 0, 16),
+                                   (3, 1, 1, 4, 16), (7, 1, 2, 6, 16), (15, 1, 1, 7, 32), (31, 1, 1, 15, 64)],
+                         ids=["s1", "s2", "s2d2", "s3", "pad-past", "d2-few-cols", "wide", "k31"])
+def test_columns(fsdpj):
+    f, s, d, pw, j = fsdpj
+    p = P(2, 3, 1, 1, 1, (2, f), (4, 40), (1, s), (1, d), (1, pw), (0, max(0, pw - 1)))
+    check(p, layout_family="gnhwc", cfg=dict(j=j), seed=93)
+
+
+@pytest.mark.parametrize("cfg", [dict(block_m=32, j=32, num_warps=4, num_stages=2),
+                                 dict(block_m=64, j=16, num_warps=8, num_stages=1)],
+                         ids=["j32", "wide-m"])
+def test_configs(cfg):
+    """Blocks of rows wider than the problem's, 8 warps on a small product, strided H and W."""
+    check(P(2, 4, 1, 1, 1, (5, 3), (9, 11), (2, 2), (1, 1), (2, 1), (2, 0)), cfg=cfg, seed=94)
+
+
+@pytest.mark.parametrize("case", FUSED_CASES,
+                         ids=["passthrough", "scale", "bilinear", "add1", "add3", "add_relu", "user0", "user2"])
+def test_fused_ops(case):
+    op, n_ds, user_ref = case
+    check(shape(2, G=3, K=1, C=1), op=op, n_ds=n_ds, alpha=1.75, beta=-0.5, user_ref=user_ref,
+          dtype="fp16", layout_family="ngchw", seed=95)
+
+
+def test_int64():
+    check(shape(3, G=4, K=1, C=1), force_int64=True, op="add", n_ds=1, layout_family="ngchw", seed=96)
+
+
+def test_block_plan():
+    # stride 1, 3 taps, pad 1: grad_in columns 0..13 take grad_out columns -1..14, all 16
+    assert dpd.block_plan(16, 3, 1, 1, 1, 1) == (14, -1, 1)
+    # 8-wide vectors: the first grad_out column rounds down to -8, 16 columns fit in 32
+    assert dpd.block_plan(32, 3, 1, 1, 1, 8) == (16, -8, 8)
+    # stride 2: blocks of 2*vec columns; 3 taps pad 1 reach grad_out column -1
+    assert dpd.block_plan(32, 3, 2, 1, 1, 1) == (32, -1, 1)
+    assert dpd.block_plan(32, 3, 2, 1, 1, 4) == (32, -4, 4)
+    # a 31-tap row does not fit 16 columns at all; 64 hold 34 (unvectorized: 64 - 30)
+    assert dpd.block_plan(16, 31, 1, 1, 15, 1)[0] == 0
+    assert dpd.block_plan(64, 31, 1, 1, 15, 1) == (34, -15, 1)
+
+
+def test_plane_vector_and_aligned_blocks():
+    """56-wide planes take 8-element vectors; the aligned path matches the reference (stride 2,
+    asymmetric padding, widths whose vector is 4 and 2)."""
+    geo = ConvGeometry.build(P(2, 3, 2, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1)), layout_for("ngchw", 2))
+    assert dpl.plane_vector(geo) == 8
+    for inp, s, lp, rp in (((6, 48), 2, 1, 1), ((4, 28), 1, 2, 0), ((5, 14), 1, 1, 1), ((3, 56), 1, 3, 3)):
+        f = 7 if lp == 3 else 3
+        check(P(2, 2, 2, 1, 1, (3, f), inp, (1, s), (1, 1), (1, lp), (1, rp)), cfg=dict(j=32), seed=97)
+
+
+def test_declines_and_configs():
+    lt, dt, fused = layout_for("ngchw", 2), DATA_TYPES["bf16"], FUSED_OPS["passthrough"]
+    cfg = ALG.config.from_values(CFG)
+    assert isinstance(cfg, dpd.DwPlaneDataConfig) and cfg.check() is None
+    dw = shape(2, G=4, K=1, C=1)
+    assert ALG.decline(cfg, dw, lt, dt, fused) is None
+    assert "tensor cores" in ALG.decline(cfg, dw, lt, DATA_TYPES["fp32"], fused)
+    assert "C = K = 1" in ALG.decline(cfg, shape(2, G=4, K=2, C=1), lt, dt, fused)
+    assert "channels-last kernels fit NHWGC" in ALG.decline(cfg, dw, layout_for("nhwgc", 2), dt, fused)
+    assert ALG.decline(cfg, dw, layout_for("gnhwc", 2), dt, fused) is None
+    k31 = P(1, 4, 1, 1, 1, (31,), (64,), (1,), (1,), (15,), (15,))
+    assert "no grad_in column" in ALG.decline(cfg, k31, layout_for("ngchw", 1), dt, fused)
+    big = P(2, 4, 1, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    assert "per thread" in ALG.decline(cfg.replace(block_m=128, j=64, num_warps=4), big, lt, dt, fused)
+    assert ALG.decline(cfg.replace(block_m=64, j=32, num_warps=4), big, lt, dt, fused) is None
+    assert ALG.check_config(dict(CFG, j=8)) == "block_m=16 and j=8 must be at least 16 (the dot's smallest tile)"
+    assert ALG.check_config(dict(CFG, num_stages=5)) == "num_stages=5 must be 1 to 4"
+
+
+def test_model_work():
+    """Blocks of tw grad_in columns (8-wide vectors on a 56-wide plane), RP*J + J tile elements and
+    RP*J*J products per block."""
+    p = P(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
+    tw, cb, vec = dpd.block_plan(32, 7, 1, 1, 3, 8)
+    blocks = 96 * 64 * 56 * -(-56 // tw)
+    assert dpd.model_work(p, 32) == (blocks * 9 * 32, blocks * 8 * 32 * 32, vec)
