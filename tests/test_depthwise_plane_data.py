@@ -82,16 +82,46 @@ def test_int64():
 
 
 def test_block_plan():
+    bp = dpd.BlockPlan
     # stride 1, 3 taps, pad 1: grad_in columns 0..13 take grad_out columns -1..14, all 16
-    assert dpd.block_plan(16, 3, 1, 1, 1, 1) == (14, -1, 1)
-    # 8-wide vectors: the first grad_out column rounds down to -8, 16 columns fit in 32
-    assert dpd.block_plan(32, 3, 1, 1, 1, 8) == (16, -8, 8)
-    # stride 2: blocks of 2*vec columns; 3 taps pad 1 reach grad_out column -1
-    assert dpd.block_plan(32, 3, 2, 1, 1, 1) == (32, -1, 1)
-    assert dpd.block_plan(32, 3, 2, 1, 1, 4) == (32, -4, 4)
-    # a 31-tap row does not fit 16 columns at all; 64 hold 34 (unvectorized: 64 - 30)
-    assert dpd.block_plan(16, 31, 1, 1, 15, 1)[0] == 0
-    assert dpd.block_plan(64, 31, 1, 1, 15, 1) == (34, -15, 1)
+    assert dpd.block_plan(16, 3, 1, 1, 1, 1, 40, 40) == bp(1, 14, -1, 1, 16)
+    # 8-wide vectors: the first grad_out column rounds down to -8, 16 columns fit in 32 (4 blocks a row) ...
+    assert dpd.block_plan(32, 3, 1, 1, 1, 8, 32, 32) == bp(1, 16, -8, 8, 32)
+    # ... but where 4-wide vectors need fewer blocks per row, they are taken (2-wide ones count double)
+    assert dpd.block_plan(32, 3, 1, 1, 1, 8, 56, 56) == bp(1, 24, -4, 4, 32)
+    assert dpd.block_plan(32, 3, 1, 1, 1, 8, 48, 48) == bp(1, 24, -4, 4, 32)
+    # stride 2: 64 result columns, blocks of 2*vec columns; 3 taps pad 1 reach grad_out column -1
+    assert dpd.block_plan(32, 3, 2, 1, 1, 1, 112, 56) == bp(1, 60, -1, 1, 64)
+    assert dpd.block_plan(32, 3, 2, 1, 1, 4, 112, 56) == bp(1, 48, -4, 4, 64)
+    # a 31-tap row does not fit 16 columns at all; 64 hold 34
+    assert dpd.block_plan(16, 31, 1, 1, 15, 1, 512, 512).tw == 0
+    assert dpd.block_plan(64, 31, 1, 1, 15, 1, 512, 512) == bp(1, 34, -15, 1, 64)
+    # small planes: whole rows per block (7-wide: 4 rows in 32 columns; 14-wide: 2), not with an H stride
+    assert dpd.block_plan(32, 5, 1, 1, 2, 1, 7, 7) == bp(4, 7, 0, 1, 32)
+    assert dpd.block_plan(32, 3, 1, 1, 1, 2, 14, 14) == bp(2, 14, 0, 2, 32)
+    assert dpd.block_plan(32, 3, 1, 1, 1, 2, 14, 14, stride_h=2).rows == 1
+    assert dpd.block_plan(64, 7, 1, 1, 3, 4, 28, 28) == bp(2, 28, 0, 4, 64)
+    assert dpd.block_plan(32, 3, 1, 1, 1, 8, 56, 56).rows == 1
+    # stride 2 along W: a 14-wide grad_in row reads 7 grad_out columns; 4 rows in 64 result columns
+    assert dpd.block_plan(32, 3, 2, 1, 1, 1, 14, 7) == bp(4, 14, 0, 1, 64)
+
+
+@pytest.mark.parametrize("case", ["7x7-5x5", "14-s2w", "dil2", "3d-sd2", "pad-past", "h-not-whole"])
+def test_row_blocks(case):
+    """Small planes in row blocks: several grad_in rows per block, grad_out read as a flat run of rows."""
+    p = {"7x7-5x5": P(2, 3, 2, 1, 1, (5, 5), (7, 7), (1, 1), (1, 1), (2, 2), (2, 2)),
+         "14-s2w": P(2, 3, 2, 1, 1, (3, 3), (9, 14), (1, 2), (1, 1), (1, 1), (1, 0)),
+         "dil2": P(2, 3, 2, 1, 1, (3, 3), (6, 10), (1, 1), (2, 2), (2, 2), (2, 2)),
+         "3d-sd2": P(3, 3, 1, 1, 1, (3, 3, 3), (5, 6, 6), (2, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+         "pad-past": P(2, 2, 2, 1, 1, (3, 3), (5, 5), (1, 1), (1, 1), (3, 3), (2, 2)),
+         "h-not-whole": P(2, 2, 1, 1, 1, (3, 3), (9, 7), (1, 1), (1, 1), (1, 0), (1, 2))}[case]
+    geo = ConvGeometry.build(p, layout_for("ngchw", p.ndim))
+    plan = dpd.block_plan(32, p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1], dpl.plane_vector(geo),
+                          p.input[-1], p.output[-1], p.stride[-2])
+    assert plan.rows >= 2, plan
+    for fam in ("ngchw", "gnhwc"):
+        check(p, layout_family=fam, cfg=dict(j=32), seed=98)
+    check(p, dtype="fp32_tf32", cfg=dict(j=32), op="bilinear", n_ds=1, alpha=0.5, beta=2.0, seed=99)
 
 
 def test_plane_vector_and_aligned_blocks():
@@ -127,6 +157,9 @@ def test_model_work():
     """Blocks of tw grad_in columns (8-wide vectors on a 56-wide plane), RP*J + J tile elements and
     RP*J*J products per block."""
     p = P(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
-    tw, cb, vec = dpd.block_plan(32, 7, 1, 1, 3, 8)
-    blocks = 96 * 64 * 56 * -(-56 // tw)
-    assert dpd.model_work(p, 32) == (blocks * 9 * 32, blocks * 8 * 32 * 32, vec)
+    plan = dpd.block_plan(32, 7, 1, 1, 3, 8, 56, 56)
+    blocks = 96 * 64 * 56 * -(-56 // plan.tw)
+    assert dpd.model_work(p, 32) == (blocks * 9 * 32, blocks * 8 * 32 * 32, plan.vec)
+    # 7x7 planes in blocks of 4 rows: 2 blocks a plane
+    seven = P(2, 960, 64, 1, 1, (5, 5), (7, 7), (1, 1), (1, 1), (2, 2), (2, 2))
+    assert dpd.model_work(seven, 32) == (960 * 64 * 2 * (8 * 32 + 32), 960 * 64 * 2 * 8 * 32 * 32, 1)

@@ -28,7 +28,7 @@ fused epilogue.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import triton
 import triton.language as tl
@@ -45,45 +45,60 @@ from .depthwise_plane import planar_reason, plane_vector
 from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "DTYPES", "DwPlaneDataConfig", "bind", "block_plan", "decline", "model_work"]
+__all__ = ["ALGORITHM", "DTYPES", "BlockPlan", "DwPlaneDataConfig", "bind", "block_plan", "decline", "model_work",
+           "result_columns"]
 
 DTYPES = ("fp16", "bf16", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
 _MAX_OPERAND_PER_THREAD = 128  # elements of the gathered [BLOCK_M, RP*J] grad_out tile per thread
+_MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [BLOCK_M, JO] result per thread (128 spilled in wgrad)
 _PROGRAMS_PER_SM = 8
+FULL_VECTOR = 4  # loads of narrower vectors cost more (model_constants.PLANE_FULL_VECTOR, wgrad, session 37)
 
 
 @triton.jit
-def _toeplitz(w_ptr, g, CB, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x,
-              J: tl.constexpr, RP: tl.constexpr):
-    """T [RP*J, J]: T[r*J + j, i] = w[g, tz, ty, tx] with (tz, ty) = divmod(r, FY) and
-    tx*dil_w = i + pad_w - s_w*(CB + j); zero where no tap of row r links column j to column i."""
+def _toeplitz(w_ptr, g, CB, Wi, Wo, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x,
+              J: tl.constexpr, JO: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr):
+    """T [RP*J, JO]: T[r*J + j, i] = w[g, tz, ty, tx] with (tz, ty) = divmod(r, FY) when grad_out column
+    c (of the block's row a) reaches grad_in column u through tap tx: c*s_w = u + pad_w - tx*dil_w;
+    zero elsewhere. Column blocks (ROWS 1): u = i, c = CB + j (block-relative). Row blocks: i = a*Wi + u
+    and CB + j = a*Wo + c with 0 <= c < Wo (a column past the row end is another row's)."""
     r = tl.arange(0, RP)[:, None, None]
     jj = tl.arange(0, J)[None, :, None]
-    ii = tl.arange(0, J)[None, None, :]
-    e = ii + pad_w - s_w * (CB + jj)  # [1, J, J]
+    ii = tl.arange(0, JO)[None, None, :]
+    if ROWS > 1:
+        a = ii // Wi
+        u = ii - a * Wi
+        c = CB + jj - a * Wo
+        c_ok = (c >= 0) & (c < Wo)
+    else:
+        u = ii
+        c = CB + jj
+        c_ok = c == c
+    e = u + pad_w - s_w * c  # [1, J, JO]
     e_pos = tl.where(e >= 0, e, 0)
     tx = e_pos // dil_w
-    ok = (e >= 0) & (e_pos - tx * dil_w == 0) & (tx < FX) & (r < R)
+    ok = c_ok & (e >= 0) & (e_pos - tx * dil_w == 0) & (tx < FX) & (r < R)
     tz = r // FY
     ty = r - tz * FY
     t = tl.load(w_ptr + g * ws_g + tz * ws_z + ty * ws_y + tx * ws_x, mask=ok, other=0.0)
-    return tl.reshape(t, (RP * J, J))
+    return tl.reshape(t, (RP * J, JO))
 
 
 @triton.jit
 def _dwplane_dgrad_kernel(
     dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
-    M, chunk, XB, TW_V, TWS_V, CB_V,  # column blocks per group (N*Di*Hi*XB), per program, per row; grad_in
-    # columns per block / VEC; grad_out columns advanced per block / VEC; block 0's first grad_out column / VEC
-    Di, Hi, WI_V, Do, Ho, WO_V,
+    M, chunk, XB, TW_V, TWS_V, CB_V,  # blocks per group (N*Di*HB*XB), per program, per grad_in row (column
+    # blocks); grad_in columns per block / VEC; grad_out columns advanced per block / VEC; block 0's first
+    # grad_out column / VEC
+    Di, Hi, HB, Wi, WI_V, Do, Ho, Wo, WO_V,  # HB: row blocks of ROWS grad_in rows (Hi when ROWS is 1)
     FY, FX, R,  # filter rows R = FZ*FY
     s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
     xs_g, xs_n, xs_d, xs_h,  # grad_in (and every D) strides / VEC (w: 1)
     ys_g, ys_n, ys_d, ys_h,  # grad_out strides / VEC (w: 1)
     ws_g, ws_z, ws_y, ws_x,  # weight strides
-    BLOCK_M: tl.constexpr, J: tl.constexpr, RP: tl.constexpr, VEC: tl.constexpr,
-    OPERANDS: tl.constexpr, USE_INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, J: tl.constexpr, JO: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr,
+    VEC: tl.constexpr, OPERANDS: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     g = tl.program_id(0)
@@ -93,7 +108,8 @@ def _dwplane_dgrad_kernel(
         sid = sid.to(tl.int64)
     m_start = sid * chunk
     m_end = tl.minimum(m_start + chunk, M)
-    t = _toeplitz(w_ptr, g, CB_V * VEC, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x, J, RP)
+    t = _toeplitz(w_ptr, g, CB_V * VEC, Wi, Wo, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x,
+                  J, JO, RP, ROWS)
 
     rows = tl.arange(0, BLOCK_M)
     rr = tl.arange(0, RP)
@@ -101,35 +117,46 @@ def _dwplane_dgrad_kernel(
     ty = rr - tz * FY
     j = tl.arange(0, J)[None, None, :]
     jv = j // VEC  # constant over aligned runs of VEC: the loads and their masks vectorize
-    i = tl.arange(0, J)
+    if ROWS > 1:  # the grad_out row (from the block's first) of each column of the flat segment
+        j_row = (CB_V + jv) // WO_V
+    i = tl.arange(0, JO)
     iv = i // VEC
     for m0 in range(m_start, m_end, BLOCK_M):
         m = m0 + rows
         live = m < m_end
         xb = m % XB
         q = m // XB
-        ih = q % Hi
-        q = q // Hi
+        hb = q % HB
+        q = q // HB
         i_d = q % Di
         n = q // Di
+        ih = hb * ROWS  # the block's first grad_in row
         # grad_out rows of the filter rows: od*s_d = id + p_d - tz*dil_d, oh*s_h = ih + p_h - ty*dil_h
         od_num = i_d[:, None] + pad_d - tz[None, :] * dil_d  # [BLOCK_M, RP]
         oh_num = ih[:, None] + pad_h - ty[None, :] * dil_h
         od = tl.where(od_num >= 0, od_num, 0) // s_d
-        oh = tl.where(oh_num >= 0, oh_num, 0) // s_h
-        row_ok = (live[:, None] & (rr < R)[None, :] & (od_num >= 0) & (od * s_d == od_num) & (od < Do)
-                  & (oh_num >= 0) & (oh * s_h == oh_num) & (oh < Ho))
+        row_ok = live[:, None] & (rr < R)[None, :] & (od_num >= 0) & (od * s_d == od_num) & (od < Do)
         c0_v = xb * TWS_V + CB_V
+        if ROWS > 1:  # s_h = 1: the block's rows read consecutive grad_out rows from oh_num on
+            oh = oh_num
+            oh_e = oh[:, :, None] + j_row
+            ok = row_ok[:, :, None] & (oh_e >= 0) & (oh_e < Ho)
+        else:
+            oh = tl.where(oh_num >= 0, oh_num, 0) // s_h
+            row_ok = row_ok & (oh_num >= 0) & (oh * s_h == oh_num) & (oh < Ho)
+            cv = c0_v[:, None, None] + jv
+            ok = row_ok[:, :, None] & (cv >= 0) & (cv < WO_V)
         row_off = (g * ys_g + n * ys_n + c0_v)[:, None] + od * ys_d + oh * ys_h  # [BLOCK_M, RP]
-        cv = c0_v[:, None, None] + jv
-        col_ok = (cv >= 0) & (cv < WO_V)
-        a = tl.load(dy_ptr + (row_off * VEC)[:, :, None] + j, mask=row_ok[:, :, None] & col_ok, other=0.0)
+        a = tl.load(dy_ptr + (row_off * VEC)[:, :, None] + j, mask=ok, other=0.0)
         a = tl.reshape(a, (BLOCK_M, RP * J))
-        acc = dot_tn(tl.trans(a), t, tl.zeros((BLOCK_M, J), dtype=tl.float32), OPERANDS)
-        # grad_in columns xb*TW + i, i < TW
+        acc = dot_tn(tl.trans(a), t, tl.zeros((BLOCK_M, JO), dtype=tl.float32), OPERANDS)
+        # grad_in: column blocks hold columns xb*TW + i (i < TW) of row ih; row blocks the flat i < ROWS*Wi
         x_row = g * xs_g + n * xs_n + i_d * xs_d + ih * xs_h + xb * TW_V
         offs = (x_row * VEC)[:, None] + i[None, :]
-        keep = live[:, None] & (iv < TW_V)[None, :] & ((xb * TW_V)[:, None] + iv[None, :] < WI_V)
+        if ROWS > 1:
+            keep = live[:, None] & (iv[None, :] < (tl.minimum(Hi - ih, ROWS) * WI_V)[:, None])
+        else:
+            keep = live[:, None] & (iv < TW_V)[None, :] & ((xb * TW_V)[:, None] + iv[None, :] < WI_V)
         res = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
         tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
 
@@ -158,20 +185,55 @@ class DwPlaneDataConfig(DirectStyleConfig):
         return None
 
 
-def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int) -> tuple[int, int, int]:
-    """(grad_in columns per block TW, block 0's first grad_out column CB, vector width): the largest TW
-    <= j, a multiple of s_w*vec, whose grad_out columns (from CB, the leftmost any tap reaches rounded
-    down to vec) fit in j; unvectorized (vec 1) when no aligned block fits. TW 0: j is too narrow."""
-    for v in dict.fromkeys((vec, 1)):
+class BlockPlan(NamedTuple):
+    """How grad_in planes are cut into blocks: ``rows`` whole rows per block (row blocks, s_h = 1; 1:
+    column blocks of ``tw`` columns of one row), the first grad_out column ``cb`` a block reads (relative
+    to its first column), the vector width, and the dot's result columns ``jo``."""
+
+    rows: int
+    tw: int
+    cb: int
+    vec: int
+    jo: int
+
+    def blocks(self, hi: int, wi: int) -> int:
+        """Blocks per (n, id) plane."""
+        return triton.cdiv(hi, self.rows) if self.rows > 1 else hi * triton.cdiv(wi, self.tw)
+
+
+def result_columns(j: int, stride_w: int) -> int:
+    """The dot's result columns: j grad_out columns reach about j*s_w grad_in columns (at most 128)."""
+    return max(j, min(128, triton.next_power_of_2(j * stride_w)))
+
+
+def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int, wi: int, wo: int,
+               stride_h: int = 1) -> BlockPlan:
+    """The plan with the fewest blocks per plane, counting blocks of vectors narrower than
+    :data:`FULL_VECTOR` proportionally more (their loads issue more instructions), then the widest
+    vectors. Column blocks: the largest
+    tw <= jo, a multiple of s_w*v, whose grad_out columns (from cb, the leftmost any tap reaches rounded
+    down to v) fit in j, for v = vec, vec/2, ..., 1. Row blocks (stride 1 along H): as many whole rows as
+    jo grad_in and j grad_out columns hold, when that is at least two. tw 0: j is too narrow."""
+    jo = result_columns(j, stride_w)
+    best, best_cost = BlockPlan(1, 0, 0, 1, jo), 0.0
+    v = vec
+    while v >= 1:
         cb = (pad_w - dil_w * (fx - 1)) // stride_w
         cb -= cb % v
         step = stride_w * v
-        tw = j // step * step
+        tw = jo // step * step
         while tw > 0 and (tw - 1 + pad_w) // stride_w - cb > j - 1:
             tw -= step
-        if tw > 0:
-            return tw, cb, v
-    return 0, 0, 1
+        cost = triton.cdiv(wi, max(tw, 1)) * max(1.0, FULL_VECTOR / v)
+        if tw > 0 and (best.tw == 0 or cost < best_cost):
+            best, best_cost = BlockPlan(1, tw, cb, v, jo), cost
+        v //= 2
+    if stride_h == 1 and best.tw:
+        last = min(wo - 1, (wi - 1 + pad_w) // stride_w)  # the rightmost grad_out column a row reads
+        rows = min(jo // wi, (j - 1 - last) // wo + 1) if last >= 0 else 0
+        if rows >= 2 and triton.cdiv(wi, best.tw) * rows > 1:
+            return BlockPlan(rows, wi, 0, vec, jo)
+    return best
 
 
 def _filter_rows_padded(p: ConvParams) -> int:
@@ -179,17 +241,21 @@ def _filter_rows_padded(p: ConvParams) -> int:
     return triton.next_power_of_2(fz * fy)
 
 
+def _plan(p: ConvParams, j: int, vec: int) -> BlockPlan:
+    wi, wo = p.input[-1], p.output[-1]
+    sh = p.stride[-2] if p.ndim >= 2 else 1
+    return block_plan(j, p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1], vec, wi, wo, sh)
+
+
 def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
     """(grad_out tile elements loaded + grad_in elements stored, products of the dots, vector width) of
     one call with j-column blocks, for the cost model (tuning/roofline.py). The layout is not known
     there: the vector width is taken from the plane widths alone (planar strides are multiples of them)."""
-    fx = p.filter[-1]
     di, hi, wi = (1, 1, *p.input)[-3:]
-    vec = vector_width((p.input[-1],), p.output[-1])
-    tw, _, vec = block_plan(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], vec)
+    plan = _plan(p, j, vector_width((p.input[-1],), p.output[-1]))
     rp = _filter_rows_padded(p)
-    blocks = p.G * p.N * di * hi * triton.cdiv(wi, max(tw, 1))
-    return blocks * (rp + 1) * j, blocks * rp * j * j, vec
+    blocks = p.G * p.N * di * plan.blocks(hi, wi)
+    return blocks * (rp * j + plan.jo), blocks * rp * j * plan.jo, plan.vec
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -201,22 +267,24 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     fz, fy, fx = geo.filt3
     Di, Hi, Wi = geo.in3
     Do, Ho, Wo = geo.out3
-    tw, cb, vec = block_plan(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo))
-    xb = triton.cdiv(Wi, tw)
-    blocks = geo.N * Di * Hi * xb
+    plan = block_plan(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo), Wi, Wo, geo.stride3[1])
+    vec = plan.vec
+    xb = 1 if plan.rows > 1 else triton.cdiv(Wi, plan.tw)
+    hb = triton.cdiv(Hi, plan.rows)
+    blocks = geo.N * Di * hb * xb
     chunks = occupancy_split(geo.G, sm_count(args.out.device), _PROGRAMS_PER_SM, triton.cdiv(blocks, block_m))
     chunk = triton.cdiv(blocks, min(chunks, MAX_GRID_YZ))
     chunk = triton.cdiv(chunk, block_m) * block_m  # whole dots per program
     chunks = triton.cdiv(blocks, chunk)
     use_int64 = force_int64 or geo.needs_int64 or blocks + chunk >= INT32_LIMIT
     main = BoundKernel(_dwplane_dgrad_kernel, (geo.G, chunks),
-                       BLOCK_M=block_m, J=j, RP=_filter_rows_padded(p), VEC=vec,
+                       BLOCK_M=block_m, J=j, JO=plan.jo, RP=_filter_rows_padded(p), ROWS=plan.rows, VEC=vec,
                        OPERANDS=dot_operands(args.dtype), USE_INT64=use_int64,
                        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages))
     xs, ys, ws = geo.x_strides, geo.y_strides, geo.w_strides
-    sizes = (blocks, chunk, xb, tw // vec, tw // geo.stride3[2] // vec, cb // vec, Di, Hi, Wi // vec, Do, Ho, Wo // vec,
-             fy, fx, fz * fy, *geo.stride3, *geo.dil3, *geo.pad3,
+    sizes = (blocks, chunk, xb, plan.tw // vec, plan.tw // geo.stride3[2] // vec, plan.cb // vec,
+             Di, Hi, hb, Wi, Wi // vec, Do, Ho, Wo, Wo // vec, fy, fx, fz * fy, *geo.stride3, *geo.dil3, *geo.pad3,
              xs[0] // vec, xs[1] // vec, xs[3] // vec, xs[4] // vec,
              ys[0] // vec, ys[1] // vec, ys[3] // vec, ys[4] // vec, ws[0], ws[3], ws[4], ws[5])
 
@@ -238,15 +306,21 @@ def decline(cfg: DwPlaneDataConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     reason = planar_reason(ConvGeometry.build(p, layout))
     if reason:
         return reason
-    fx, sw, dw, pw = p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1]
-    if block_plan(cfg.j, fx, sw, dw, pw, 1)[0] < 1:
+    plan = _plan(p, cfg.j, 1)
+    if plan.tw < 1:
+        fx, sw, dw, pw = p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1]
         return (f"j={cfg.j} grad_out columns hold no grad_in column of a {fx}-tap row at stride {sw}, "
                 f"dilation {dw}, pad {pw}")
     rp = _filter_rows_padded(p)
-    per_thread = cfg.block_m * rp * cfg.j / (32 * cfg.num_warps)
+    threads = 32 * cfg.num_warps
+    per_thread = cfg.block_m * rp * cfg.j / threads
     if per_thread > _MAX_OPERAND_PER_THREAD:
         return (f"block_m={cfg.block_m} x {rp} filter rows x j={cfg.j} grad_out elements per dot is "
                 f"{per_thread:g} per thread with num_warps={cfg.num_warps} (more than {_MAX_OPERAND_PER_THREAD})")
+    acc = cfg.block_m * plan.jo / threads
+    if acc > _MAX_ACC_PER_THREAD:
+        return (f"block_m={cfg.block_m} x {plan.jo} result columns is {acc:g} fp32 accumulators per thread with "
+                f"num_warps={cfg.num_warps} (more than {_MAX_ACC_PER_THREAD})")
     return None
 
 
