@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
+import torch
 import triton
 import triton.language as tl
 
@@ -86,21 +87,22 @@ def _toeplitz(w_ptr, g, CB, Wi, Wo, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws
 
 @triton.jit
 def _dwplane_dgrad_kernel(
-    dy_ptr, w_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
+    dy_ptr, w_ptr, out_ptr, tab_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
-    M, chunk, XB, TW_V, TWS_V, CB_V,  # blocks per group (N*Di*HB*XB), per program, per grad_in row (column
-    # blocks); grad_in columns per block / VEC; grad_out columns advanced per block / VEC; block 0's first
-    # grad_out column / VEC
-    Di, Hi, HB, Wi, WI_V, Do, Ho, Wo, WO_V,  # HB: row blocks of ROWS grad_in rows (Hi when ROWS is 1)
+    M, chunk, CB_V,  # blocks per group, per program; block 0's first grad_out column / VEC
+    Wi, Wo, HO_ROWS, WO_V,  # HO_ROWS: grad_out rows of a row block's flat run (Ho)
     FY, FX, R,  # filter rows R = FZ*FY
-    s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w,
-    xs_g, xs_n, xs_d, xs_h,  # grad_in (and every D) strides / VEC (w: 1)
-    ys_g, ys_n, ys_d, ys_h,  # grad_out strides / VEC (w: 1)
+    s_w, dil_w, pad_w,
+    xs_g, ys_g,  # group strides / VEC
     ws_g, ws_z, ws_y, ws_x,  # weight strides
     BLOCK_M: tl.constexpr, J: tl.constexpr, JO: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr,
     VEC: tl.constexpr, OPERANDS: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
+    """tab[m] (block_table): grad_in offset, stored vectors, first grad_out column (/ VEC), then per
+    filter row the grad_out row offset and the grad_out row (below 0: none). The blocks' index math
+    is the host's, once per problem: here a block costs a few table loads (the divisions it replaces
+    were most of the loop's instructions)."""
     g = tl.program_id(0)
     sid = tl.program_id(1)
     if USE_INT64:
@@ -110,55 +112,82 @@ def _dwplane_dgrad_kernel(
     m_end = tl.minimum(m_start + chunk, M)
     t = _toeplitz(w_ptr, g, CB_V * VEC, Wi, Wo, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x,
                   J, JO, RP, ROWS)
+    dy_g = dy_ptr + g * ys_g * VEC
+    x_g = g * xs_g * VEC
 
     rows = tl.arange(0, BLOCK_M)
     rr = tl.arange(0, RP)
-    tz = rr // FY
-    ty = rr - tz * FY
     j = tl.arange(0, J)[None, None, :]
     jv = j // VEC  # constant over aligned runs of VEC: the loads and their masks vectorize
-    if ROWS > 1:  # the grad_out row (from the block's first) of each column of the flat segment
+    if ROWS > 1:  # the grad_out row (from the block's first) of each column of the flat run
         j_row = (CB_V + jv) // WO_V
     i = tl.arange(0, JO)
     iv = i // VEC
     for m0 in range(m_start, m_end, BLOCK_M):
         m = m0 + rows
         live = m < m_end
-        xb = m % XB
-        q = m // XB
-        hb = q % HB
-        q = q // HB
-        i_d = q % Di
-        n = q // Di
-        ih = hb * ROWS  # the block's first grad_in row
-        # grad_out rows of the filter rows: od*s_d = id + p_d - tz*dil_d, oh*s_h = ih + p_h - ty*dil_h
-        od_num = i_d[:, None] + pad_d - tz[None, :] * dil_d  # [BLOCK_M, RP]
-        oh_num = ih[:, None] + pad_h - ty[None, :] * dil_h
-        od = tl.where(od_num >= 0, od_num, 0) // s_d
-        row_ok = live[:, None] & (rr < R)[None, :] & (od_num >= 0) & (od * s_d == od_num) & (od < Do)
-        c0_v = xb * TWS_V + CB_V
-        if ROWS > 1:  # s_h = 1: the block's rows read consecutive grad_out rows from oh_num on
-            oh = oh_num
+        rec = tab_ptr + tl.where(live, m, 0) * (3 + 2 * RP)
+        x_off = tl.load(rec)
+        lim = tl.where(live, tl.load(rec + 1), 0)
+        y_rec = rec[:, None] + 3 + rr[None, :]
+        y_off = tl.load(y_rec)  # [BLOCK_M, RP]
+        oh = tl.where(live[:, None], tl.load(y_rec + RP), -1 << 30)
+        if ROWS > 1:
             oh_e = oh[:, :, None] + j_row
-            ok = row_ok[:, :, None] & (oh_e >= 0) & (oh_e < Ho)
+            ok = (oh_e >= 0) & (oh_e < HO_ROWS)
         else:
-            oh = tl.where(oh_num >= 0, oh_num, 0) // s_h
-            row_ok = row_ok & (oh_num >= 0) & (oh * s_h == oh_num) & (oh < Ho)
-            cv = c0_v[:, None, None] + jv
-            ok = row_ok[:, :, None] & (cv >= 0) & (cv < WO_V)
-        row_off = (g * ys_g + n * ys_n + c0_v)[:, None] + od * ys_d + oh * ys_h  # [BLOCK_M, RP]
-        a = tl.load(dy_ptr + (row_off * VEC)[:, :, None] + j, mask=ok, other=0.0)
+            cv = tl.load(rec + 2)[:, None, None] + jv
+            ok = (oh >= 0)[:, :, None] & (cv >= 0) & (cv < WO_V)
+        a = tl.load(dy_g + (y_off * VEC)[:, :, None] + j, mask=ok, other=0.0)
         a = tl.reshape(a, (BLOCK_M, RP * J))
         acc = dot_tn(tl.trans(a), t, tl.zeros((BLOCK_M, JO), dtype=tl.float32), OPERANDS)
-        # grad_in: column blocks hold columns xb*TW + i (i < TW) of row ih; row blocks the flat i < ROWS*Wi
-        x_row = g * xs_g + n * xs_n + i_d * xs_d + ih * xs_h + xb * TW_V
-        offs = (x_row * VEC)[:, None] + i[None, :]
-        if ROWS > 1:
-            keep = live[:, None] & (iv[None, :] < (tl.minimum(Hi - ih, ROWS) * WI_V)[:, None])
-        else:
-            keep = live[:, None] & (iv < TW_V)[None, :] & ((xb * TW_V)[:, None] + iv[None, :] < WI_V)
+        offs = x_g + (x_off * VEC)[:, None] + i[None, :]
+        keep = iv[None, :] < lim[:, None]
         res = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
         tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
+
+
+def block_table(geo: ConvGeometry, plan: BlockPlan, rp: int, vec: int, device: torch.device,
+                dtype: torch.dtype) -> torch.Tensor:
+    """[M, 3 + 2*rp] per block m = (n, id, row block, column block): grad_in offset (/ VEC, without the
+    group), grad_in vectors to store, first grad_out column (/ VEC); per filter row r = (tz, ty): the
+    grad_out row offset (/ VEC, without the group: n, od, oh, first column) and the grad_out row oh
+    (-2^30 where r reads no row: not integral, out of range, or past the filter). Row blocks (s_h = 1)
+    keep oh as it is, in range or not: the kernel tests each element's row of the flat run."""
+    (Di, Hi, Wi), (Do, Ho, _) = geo.in3, geo.out3
+    fz, fy, _ = geo.filt3
+    s_d, s_h, _ = geo.stride3
+    dil_d, dil_h, _ = geo.dil3
+    pad_d, pad_h, _ = geo.pad3
+    xs, ys = [v // vec for v in geo.x_strides], [v // vec for v in geo.y_strides]
+    xb_count = 1 if plan.rows > 1 else triton.cdiv(Wi, plan.tw)
+    hb_count = triton.cdiv(Hi, plan.rows)
+    m = torch.arange(geo.N * Di * hb_count * xb_count, device=device, dtype=torch.int64)
+    xb, q = m % xb_count, m // xb_count
+    hb, q = q % hb_count, q // hb_count
+    i_d, n = q % Di, q // Di
+    ih = hb * plan.rows
+    tw_v, wi_v = plan.tw // vec, Wi // vec
+    c0_v = xb * (plan.tw // geo.stride3[2] // vec) + plan.cb // vec
+    x_off = n * xs[1] + i_d * xs[3] + ih * xs[4] + xb * tw_v
+    if plan.rows > 1:
+        lim = (Hi - ih).clamp(max=plan.rows) * wi_v
+    else:
+        lim = (wi_v - xb * tw_v).clamp(max=tw_v)
+    r = torch.arange(rp, device=device, dtype=torch.int64)
+    tz, ty = r // fy, r % fy
+    od_num = i_d[:, None] + pad_d - tz[None, :] * dil_d  # [M, rp]
+    oh_num = ih[:, None] + pad_h - ty[None, :] * dil_h
+    od = od_num.div(s_d, rounding_mode="floor")
+    ok = (r < fz * fy)[None, :] & (od_num >= 0) & (od * s_d == od_num) & (od < Do)
+    if plan.rows > 1:
+        oh = oh_num
+    else:
+        oh = oh_num.div(s_h, rounding_mode="floor")
+        ok &= (oh_num >= 0) & (oh * s_h == oh_num) & (oh < Ho)
+    y_off = torch.where(ok, (n * ys[1] + c0_v)[:, None] + od * ys[3] + oh * ys[4], 0)
+    oh = torch.where(ok, oh, -(1 << 30))
+    return torch.cat([x_off[:, None], lim[:, None], c0_v[:, None], y_off, oh], dim=1).to(dtype).contiguous()
 
 
 @dataclass(frozen=True)
@@ -259,7 +288,8 @@ def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
-    """A runner filling grad_in (final dtype) from grad_out and weight; all sizes fixed here once."""
+    """A runner filling grad_in (final dtype) from grad_out and weight; sizes and the block table
+    (:func:`block_table`, on the device) built here once."""
     geo, cfg, p = args.geo, args.cfg, args.params
     require_runnable(decline(cfg, p, args.layout, args.dtype, args.fused), "dwplane", p)
     require_contiguous(args, "dwplane", "conv_bwd_data")
@@ -268,28 +298,28 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     Di, Hi, Wi = geo.in3
     Do, Ho, Wo = geo.out3
     plan = block_plan(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo), Wi, Wo, geo.stride3[1])
-    vec = plan.vec
-    xb = 1 if plan.rows > 1 else triton.cdiv(Wi, plan.tw)
-    hb = triton.cdiv(Hi, plan.rows)
-    blocks = geo.N * Di * hb * xb
+    vec, rp = plan.vec, _filter_rows_padded(p)
+    blocks = geo.N * Di * plan.blocks(Hi, Wi)
     chunks = occupancy_split(geo.G, sm_count(args.out.device), _PROGRAMS_PER_SM, triton.cdiv(blocks, block_m))
     chunk = triton.cdiv(blocks, min(chunks, MAX_GRID_YZ))
     chunk = triton.cdiv(chunk, block_m) * block_m  # whole dots per program
     chunks = triton.cdiv(blocks, chunk)
-    use_int64 = force_int64 or geo.needs_int64 or blocks + chunk >= INT32_LIMIT
+    # the table's offsets leave out the group (n's stride spans the groups in channels-first tensors)
+    span = max(geo.N * max(geo.x_strides[1], geo.y_strides[1]), blocks * (3 + 2 * rp))
+    use_int64 = force_int64 or geo.needs_int64 or span >= INT32_LIMIT
+    table = block_table(geo, plan, rp, vec, args.out.device, torch.int64 if use_int64 else torch.int32)
     main = BoundKernel(_dwplane_dgrad_kernel, (geo.G, chunks),
-                       BLOCK_M=block_m, J=j, JO=plan.jo, RP=_filter_rows_padded(p), ROWS=plan.rows, VEC=vec,
+                       BLOCK_M=block_m, J=j, JO=plan.jo, RP=rp, ROWS=plan.rows, VEC=vec,
                        OPERANDS=dot_operands(args.dtype), USE_INT64=use_int64,
                        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages))
-    xs, ys, ws = geo.x_strides, geo.y_strides, geo.w_strides
-    sizes = (blocks, chunk, xb, plan.tw // vec, plan.tw // geo.stride3[2] // vec, plan.cb // vec,
-             Di, Hi, hb, Wi, Wi // vec, Do, Ho, Wo, Wo // vec, fy, fx, fz * fy, *geo.stride3, *geo.dil3, *geo.pad3,
-             xs[0] // vec, xs[1] // vec, xs[3] // vec, xs[4] // vec,
-             ys[0] // vec, ys[1] // vec, ys[3] // vec, ys[4] // vec, ws[0], ws[3], ws[4], ws[5])
+    ws = geo.w_strides
+    sizes = (blocks, chunk, plan.cb // vec, Wi, Wo, Ho, Wo // vec, fy, fx, fz * fy,
+             geo.stride3[2], geo.dil3[2], geo.pad3[2], geo.x_strides[0] // vec, geo.y_strides[0] // vec,
+             ws[0], ws[3], ws[4], ws[5])
 
     def run(dy, w, out, ds: tuple, alpha: float, beta: float) -> None:
-        main(dy, w, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+        main(dy, w, out, table, *epilogue_args(ds, out), alpha, beta, *sizes)
 
     return run
 
