@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ALG = ALGORITHMS[("conv_bwd_data", "dwplane")]
-CFG = dict(block_m=16, j=16, num_warps=4, num_stages=1)
+CFG = dict(block_m=16, j=16, prefetch=1, num_warps=4, num_stages=1)
 PLANAR = ("ngchw", "ngchw_kcyx", "gnhwc")
 
 
@@ -61,9 +61,10 @@ def test_columns(fsdpj):
     check(p, layout_family="gnhwc", cfg=dict(j=j), seed=93)
 
 
-@pytest.mark.parametrize("cfg", [dict(block_m=32, j=32, num_warps=4, num_stages=2),
-                                 dict(block_m=64, j=16, num_warps=8, num_stages=1)],
-                         ids=["j32", "wide-m"])
+@pytest.mark.parametrize("cfg", [dict(block_m=32, j=32, prefetch=0, num_warps=4, num_stages=2),
+                                 dict(block_m=64, j=16, prefetch=1, num_warps=8, num_stages=1),
+                                 dict(block_m=16, j=16, prefetch=0, num_warps=4, num_stages=1)],
+                         ids=["j32", "wide-m", "no-prefetch"])
 def test_configs(cfg):
     """Blocks of rows wider than the problem's, 8 warps on a small product, strided H and W."""
     check(P(2, 4, 1, 1, 1, (5, 3), (9, 11), (2, 2), (1, 1), (2, 1), (2, 0)), cfg=cfg, seed=94)
@@ -90,9 +91,9 @@ def test_block_plan():
     # ... but where 4-wide vectors need fewer blocks per row, they are taken (2-wide ones count double)
     assert dpd.block_plan(32, 3, 1, 1, 1, 8, 56, 56) == bp(1, 24, -4, 4, 32)
     assert dpd.block_plan(32, 3, 1, 1, 1, 8, 48, 48) == bp(1, 24, -4, 4, 32)
-    # stride 2: 64 result columns, blocks of 2*vec columns; 3 taps pad 1 reach grad_out column -1
-    assert dpd.block_plan(32, 3, 2, 1, 1, 1, 112, 56) == bp(1, 60, -1, 1, 64)
-    assert dpd.block_plan(32, 3, 2, 1, 1, 4, 112, 56) == bp(1, 48, -4, 4, 64)
+    # stride 2: blocks of 2*vec columns; 3 taps pad 1 reach grad_out column -1
+    assert dpd.block_plan(32, 3, 2, 1, 1, 1, 112, 56) == bp(1, 32, -1, 1, 32)
+    assert dpd.block_plan(32, 3, 2, 1, 1, 4, 112, 56) == bp(1, 32, -4, 4, 32)
     # a 31-tap row does not fit 16 columns at all; 64 hold 34
     assert dpd.block_plan(16, 31, 1, 1, 15, 1, 512, 512).tw == 0
     assert dpd.block_plan(64, 31, 1, 1, 15, 1, 512, 512) == bp(1, 34, -15, 1, 64)
@@ -102,8 +103,8 @@ def test_block_plan():
     assert dpd.block_plan(32, 3, 1, 1, 1, 2, 14, 14, stride_h=2).rows == 1
     assert dpd.block_plan(64, 7, 1, 1, 3, 4, 28, 28) == bp(2, 28, 0, 4, 64)
     assert dpd.block_plan(32, 3, 1, 1, 1, 8, 56, 56).rows == 1
-    # stride 2 along W: a 14-wide grad_in row reads 7 grad_out columns; 4 rows in 64 result columns
-    assert dpd.block_plan(32, 3, 2, 1, 1, 1, 14, 7) == bp(4, 14, 0, 1, 64)
+    # stride 2 along W: a 14-wide grad_in row reads 7 grad_out columns; 2 rows in 32 result columns
+    assert dpd.block_plan(32, 3, 2, 1, 1, 1, 14, 7) == bp(2, 14, 0, 1, 32)
 
 
 @pytest.mark.parametrize("case", ["7x7-5x5", "14-s2w", "dil2", "3d-sd2", "pad-past", "h-not-whole"])
@@ -151,6 +152,7 @@ def test_declines_and_configs():
     assert ALG.decline(cfg.replace(block_m=64, j=32, num_warps=4), big, lt, dt, fused) is None
     assert ALG.check_config(dict(CFG, j=8)) == "block_m=16 and j=8 must be at least 16 (the dot's smallest tile)"
     assert ALG.check_config(dict(CFG, num_stages=5)) == "num_stages=5 must be 1 to 4"
+    assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"
 
 
 def test_model_work():

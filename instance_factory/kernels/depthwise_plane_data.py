@@ -96,7 +96,7 @@ def _dwplane_dgrad_kernel(
     xs_g, ys_g,  # group strides / VEC
     ws_g, ws_z, ws_y, ws_x,  # weight strides
     BLOCK_M: tl.constexpr, J: tl.constexpr, JO: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr,
-    VEC: tl.constexpr, OPERANDS: tl.constexpr, USE_INT64: tl.constexpr,
+    VEC: tl.constexpr, PREFETCH: tl.constexpr, OPERANDS: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
     """tab[m] (block_table): grad_in offset, stored vectors, first grad_out column (/ VEC), then per
@@ -121,30 +121,59 @@ def _dwplane_dgrad_kernel(
     jv = j // VEC  # constant over aligned runs of VEC: the loads and their masks vectorize
     if ROWS > 1:  # the grad_out row (from the block's first) of each column of the flat run
         j_row = (CB_V + jv) // WO_V
+    else:
+        j_row = jv  # unused
     i = tl.arange(0, JO)
     iv = i // VEC
-    for m0 in range(m_start, m_end, BLOCK_M):
-        m = m0 + rows
-        live = m < m_end
-        rec = tab_ptr + tl.where(live, m, 0) * (3 + 2 * RP)
-        x_off = tl.load(rec)
-        lim = tl.where(live, tl.load(rec + 1), 0)
-        y_rec = rec[:, None] + 3 + rr[None, :]
-        y_off = tl.load(y_rec)  # [BLOCK_M, RP]
-        oh = tl.where(live[:, None], tl.load(y_rec + RP), -1 << 30)
-        if ROWS > 1:
-            oh_e = oh[:, :, None] + j_row
-            ok = (oh_e >= 0) & (oh_e < HO_ROWS)
-        else:
-            cv = tl.load(rec + 2)[:, None, None] + jv
-            ok = (oh >= 0)[:, :, None] & (cv >= 0) & (cv < WO_V)
-        a = tl.load(dy_g + (y_off * VEC)[:, :, None] + j, mask=ok, other=0.0)
-        a = tl.reshape(a, (BLOCK_M, RP * J))
-        acc = dot_tn(tl.trans(a), t, tl.zeros((BLOCK_M, JO), dtype=tl.float32), OPERANDS)
-        offs = x_g + (x_off * VEC)[:, None] + i[None, :]
-        keep = iv[None, :] < lim[:, None]
-        res = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
-        tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
+    if PREFETCH:  # the next blocks' loads are in flight during this dot and its stores
+        a, x_off, lim = _block_tiles(dy_g, tab_ptr, m_start, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+                                     BLOCK_M, J, RP, ROWS, VEC)
+        for m0 in range(m_start, m_end, BLOCK_M):
+            a_n, x_off_n, lim_n = _block_tiles(dy_g, tab_ptr, m0 + BLOCK_M, m_end, rows, rr, j, jv, j_row, HO_ROWS,
+                                               WO_V, BLOCK_M, J, RP, ROWS, VEC)
+            _block_dot(a, x_off, lim, t, out_ptr, x_g, i, iv, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                       BLOCK_M, JO, VEC, OPERANDS, OP, NUM_DS, USER_FN)
+            a, x_off, lim = a_n, x_off_n, lim_n
+    else:
+        for m0 in range(m_start, m_end, BLOCK_M):
+            a, x_off, lim = _block_tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+                                         BLOCK_M, J, RP, ROWS, VEC)
+            _block_dot(a, x_off, lim, t, out_ptr, x_g, i, iv, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+                       BLOCK_M, JO, VEC, OPERANDS, OP, NUM_DS, USER_FN)
+
+
+@triton.jit
+def _block_tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+                 BLOCK_M: tl.constexpr, J: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr, VEC: tl.constexpr):
+    """Blocks m0 + rows: the gathered grad_out tile [BLOCK_M, RP*J], grad_in offsets and stored vectors."""
+    m = m0 + rows
+    live = m < m_end
+    rec = tab_ptr + tl.where(live, m, 0) * (3 + 2 * RP)
+    x_off = tl.load(rec)
+    lim = tl.where(live, tl.load(rec + 1), 0)
+    y_rec = rec[:, None] + 3 + rr[None, :]
+    y_off = tl.load(y_rec)  # [BLOCK_M, RP]
+    oh = tl.where(live[:, None], tl.load(y_rec + RP), -1 << 30)
+    if ROWS > 1:
+        oh_e = oh[:, :, None] + j_row
+        ok = (oh_e >= 0) & (oh_e < HO_ROWS)
+    else:
+        cv = tl.load(rec + 2)[:, None, None] + jv
+        ok = (oh >= 0)[:, :, None] & (cv >= 0) & (cv < WO_V)
+    a = tl.load(dy_g + (y_off * VEC)[:, :, None] + j, mask=ok, other=0.0)
+    return tl.reshape(a, (BLOCK_M, RP * J)), x_off, lim
+
+
+@triton.jit
+def _block_dot(a, x_off, lim, t, out_ptr, x_g, i, iv, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
+               BLOCK_M: tl.constexpr, JO: tl.constexpr, VEC: tl.constexpr, OPERANDS: tl.constexpr,
+               OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
+    """grad_in of the blocks: a @ t, the fused epilogue, the store."""
+    acc = dot_tn(tl.trans(a), t, tl.zeros((BLOCK_M, JO), dtype=tl.float32), OPERANDS)
+    offs = x_g + (x_off * VEC)[:, None] + i[None, :]
+    keep = iv[None, :] < lim[:, None]
+    res = apply_epilogue(acc, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
+    tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
 
 
 def block_table(geo: ConvGeometry, plan: BlockPlan, rp: int, vec: int, device: torch.device,
@@ -192,11 +221,13 @@ def block_table(geo: ConvGeometry, plan: BlockPlan, rp: int, vec: int, device: t
 
 @dataclass(frozen=True)
 class DwPlaneDataConfig(DirectStyleConfig):
-    """dwplane (bwd data): block_m column blocks per dot (its M); j grad_out columns per block and
-    filter row (the block holds up to j*s_w - dil*(FX-1) grad_in columns, :func:`block_plan`)."""
+    """dwplane (bwd data): block_m blocks per dot (its M); j grad_out columns per block and filter row
+    (a block holds up to j - dil*(FX-1) grad_in columns at stride 1, or whole rows of small planes:
+    :func:`block_plan`); the next blocks loaded during this dot when ``prefetch`` is 1."""
 
     block_m: int
     j: int
+    prefetch: int
     num_warps: int
     num_stages: int
 
@@ -209,6 +240,8 @@ class DwPlaneDataConfig(DirectStyleConfig):
             return reason
         if self.block_m < 16 or self.j < 16:
             return f"block_m={self.block_m} and j={self.j} must be at least 16 (the dot's smallest tile)"
+        if self.prefetch not in (0, 1):
+            return f"prefetch={self.prefetch!r} must be 0 or 1"
         if self.num_stages not in (1, 2, 3, 4):
             return f"num_stages={self.num_stages!r} must be 1 to 4"
         return None
@@ -231,8 +264,9 @@ class BlockPlan(NamedTuple):
 
 
 def result_columns(j: int, stride_w: int) -> int:
-    """The dot's result columns: j grad_out columns reach about j*s_w grad_in columns (at most 128)."""
-    return max(j, min(128, triton.next_power_of_2(j * stride_w)))
+    """The dot's result columns: j. (j*s_w, which j grad_out columns reach at stride s_w, ran 1.09-1.15x
+    slower on H100 stride-2 layers, session 38: 4-wide vectors, tiles past the plane.)"""
+    return j
 
 
 def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int, wi: int, wo: int,
@@ -309,7 +343,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     use_int64 = force_int64 or geo.needs_int64 or span >= INT32_LIMIT
     table = block_table(geo, plan, rp, vec, args.out.device, torch.int64 if use_int64 else torch.int32)
     main = BoundKernel(_dwplane_dgrad_kernel, (geo.G, chunks),
-                       BLOCK_M=block_m, J=j, JO=plan.jo, RP=rp, ROWS=plan.rows, VEC=vec,
+                       BLOCK_M=block_m, J=j, JO=plan.jo, RP=rp, ROWS=plan.rows, VEC=vec, PREFETCH=bool(cfg.prefetch),
                        OPERANDS=dot_operands(args.dtype), USE_INT64=use_int64,
                        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages))
