@@ -16,6 +16,7 @@ from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
 from ..kernels.bwd_weight_tma import TMA_WGRAD_FAMILIES
 from ..kernels.depthwise_plane import model_work as plane_work
+from ..kernels.depthwise_plane_data import model_work as plane_data_work
 from .box_rounding import boxed_reduction
 from .model_constants import (
     CUDA_CORE_FLOPS,
@@ -101,8 +102,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
         padded, fill = blockdiag_dgrad_work(params, algorithm, cfg, sms)
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
-    elif op == "conv_bwd_weight" and algorithm == "dwplane":
-        compute_s = _plane_s(params, dtype, cfg)
+    elif algorithm == "dwplane":
+        compute_s = _plane_s(params, dtype, cfg, plane_work if op == "conv_bwd_weight" else plane_data_work)
     elif ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
         batch, m, n, k = gemm_shape(op, params, algorithm)
         bn = int(cfg["block_n"])
@@ -174,11 +175,11 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     return with_floor(1e3 * max(compute_s, mem_s), host_floor_ms)
 
 
-def _plane_s(params: Any, dtype: str, cfg: Mapping[str, Any]) -> float:
-    """dwplane: its row-block tiles over L2 bandwidth (narrower vectors issue more loads: session 37,
-    H100, 7- and 14-wide planes ran 2-4x further from this than 56-wide ones) or its dots' products
-    (tf32: three bf16 products), whichever is longer."""
-    elems, products, vec = plane_work(params, int(cfg.get("j", 32)))
+def _plane_s(params: Any, dtype: str, cfg: Mapping[str, Any], work: Any = plane_work) -> float:
+    """dwplane (either pass; ``work`` is its module's model_work): its row-block tiles over L2 bandwidth
+    (narrower vectors issue more loads: session 37, H100, 7- and 14-wide planes ran 2-4x further from
+    this than 56-wide ones) or its dots' products (tf32: three bf16 products), whichever is longer."""
+    elems, products, vec = work(params, int(cfg.get("j", 32)))
     tiles_s = elems * _elem_bytes(dtype) / L2_BW * max(1.0, PLANE_FULL_VECTOR / vec)
     rate = PEAK_FLOPS["bf16"] / 3 if dtype == "fp32_tf32" else PEAK_FLOPS.get(_compute_type(dtype), 350e12)
     return max(tiles_s, 2.0 * products / rate)
