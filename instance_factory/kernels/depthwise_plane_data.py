@@ -17,12 +17,19 @@ any tap of block 0 reaches, rounded down to VEC so the row loads are aligned VEC
 Then dx[m, i] = sum over (r, j) of A[m, r*J + j] * T[r*J + j, i] with A the gathered rows and
 T[r*J + j, i] = w[g, tz, ty, tx] where tx*dil_w = i + p_w - s_w*(CB + j) (else 0): T does not depend
 on the block, so it is built once per program and every BLOCK_M blocks are one dot of
-[BLOCK_M, RP*J] x [RP*J, J]. The product spends RP*J*J multiply-adds per TW outputs on FZ*FY*FX
-useful ones (at 3x3, J 32: ~64 MMA products per output); tensor cores have that headroom, and a row
-of grad_out is loaded once per filter row with 16-byte vectors.
+[BLOCK_M, RP*J] x [RP*J, J] (RP: the FZ*FY filter rows rounded up to a power of two). The product
+spends RP*J*J multiply-adds per TW outputs on FZ*FY*FX useful ones (at 3x3, J 32: ~64 MMA products
+per output); tensor cores have that headroom, and a row of grad_out is loaded once per filter row
+with 16-byte vectors where the plane widths allow.
 
-Grid = (G, chunks of column blocks), g fastest. No reduction: each dot's tile is stored with the
-fused epilogue.
+Small planes (s_h = 1) put ROWS whole grad_in rows in a block instead: grad_out is read as a flat run
+of rows from the first one a filter row reaches, and T links a column only to the columns of its own
+row (:func:`block_plan` picks the cut with the fewest blocks). The blocks' index math (offsets, the
+grad_out row of each filter row, the vectors to store) is one table built per bind
+(:func:`block_table`): its divisions were most of the loop's instructions.
+
+Grid = (G, chunks of blocks), g fastest. No reduction: each dot's tile is stored with the fused
+epilogue. Measurements and what did not help: docs/BENCHMARKS.md, session 38.
 """
 
 from __future__ import annotations
