@@ -127,8 +127,10 @@ def _bdrow_wgrad_kernel(
     tx_in = tx * dil_w
     if PACKED_X:
         x_ch = g0 * C + jn
-    else:
-        x_ch = (g0 + gl_n) * xs_g + (jn % C) * xs_c
+    else:  # runs of ALIGN channels are contiguous and start ALIGN-aligned (ALIGN > 1 only with unit channel
+        # strides): said outright, since Triton could not see it through the two remainders and loaded a
+        # group-major x tile 2 bytes at a time, outside the cp.async pipeline (session 38)
+        x_ch = tl.max_contiguous(tl.multiple_of((g0 + gl_n) * xs_g + (jn % C) * xs_c, ALIGN), ALIGN)
     x_col = tz_in * xs_d + ty_in * xs_h + tx_in * xs_w + x_ch
     if USE_INT64:
         y_row = y_row.to(tl.int64)
