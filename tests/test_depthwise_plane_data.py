@@ -1,7 +1,8 @@
 """The ``dwplane`` conv_bwd_data algorithm (depthwise on planar layouts, grad_out rows times a banded
 matrix of each filter row's taps): the planar layout families x ndims, the tensor-core dtypes,
-strides, dilations and paddings (column blocks of several widths, aligned and not), blocks wider
-and narrower than the problem, fused ops, int64 offsets, declines. Fresh random data, NaN-poisoned
+strides, dilations and paddings (column blocks of several widths, aligned and not), row blocks of
+small planes, blocks wider and narrower than the problem, with and without prefetch, fused ops,
+int64 offsets, the block plan, declines. Fresh random data, NaN-poisoned
 result, float64 reference (the harness of test_direct_grouped.py); the interpreter on CPU, or a
 CUDA GPU."""
 
