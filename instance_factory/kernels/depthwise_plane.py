@@ -56,7 +56,7 @@ from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "block_plan", "decline", "model_work",
-           "planar_reason", "plane_vector"]
+           "planar_depthwise_reason", "planar_reason", "plane_tile_reason", "plane_vector"]
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [FYP*J, J] product per thread: 128 spilled (H100)
@@ -186,16 +186,7 @@ class DwPlaneConfig(DirectStyleConfig):
     POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_m", "j")
 
     def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
-        if self.block_m < 16 or self.j < 16:
-            return f"block_m={self.block_m} and j={self.j} must be at least 16 (the dot's smallest tile)"
-        if self.prefetch not in (0, 1):
-            return f"prefetch={self.prefetch!r} must be 0 or 1"
-        if self.num_stages not in (1, 2, 3, 4):
-            return f"num_stages={self.num_stages!r} must be 1 to 4"
-        return None
+        return super().check() or plane_tile_reason(self)
 
 
 def plane_vector(geo: ConvGeometry) -> int:
@@ -231,6 +222,33 @@ def planar_reason(geo: ConvGeometry) -> str | None:
                 "with one channel per group; this layout's W stride is "
                 f"{geo.x_strides[5]} (channels-last kernels fit it)")
     return None
+
+
+def plane_tile_reason(cfg: DwPlaneConfig) -> str | None:
+    """What is wrong with a dwplane config's tile (either pass): block_m and j at least the dot's
+    smallest tile, prefetch 0 or 1, num_stages 1 to 4."""
+    if cfg.block_m < 16 or cfg.j < 16:
+        return f"block_m={cfg.block_m} and j={cfg.j} must be at least 16 (the dot's smallest tile)"
+    if cfg.prefetch not in (0, 1):
+        return f"prefetch={cfg.prefetch!r} must be 0 or 1"
+    if cfg.num_stages not in (1, 2, 3, 4):
+        return f"num_stages={cfg.num_stages!r} must be 1 to 4"
+    return None
+
+
+def planar_depthwise_reason(p: ConvParams, layout: LayoutTriple, dtype: DataType, dtypes: tuple[str, ...],
+                            true_fp32: str) -> str | None:
+    """Why a dwplane family (either pass; it runs ``dtypes``) declines the problem before its tile is
+    considered: a dtype off the tensor cores (``true_fp32`` names the kernels that run it), channels per
+    group other than one, a channels-last layout, or operands that are not planar; else None."""
+    if dtype.name not in dtypes:
+        return (f"dwplane multiplies on tensor cores: it takes {', '.join(dtypes)}, not {dtype.name} "
+                f"({true_fp32} run true fp32)")
+    if p.C != 1 or p.K != 1:
+        return f"dwplane serves depthwise groups (C = K = 1); this problem has C={p.C}, K={p.K}"
+    if layout.layout_family == "nhwgc":  # relayout's twins: dwplane never serves them (its rows stay apart)
+        return "dwplane reads planar layouts (channels-first, group-major); channels-last kernels fit NHWGC"
+    return planar_reason(ConvGeometry.build(p, layout))
 
 
 def _filter_rows_padded(fy: int) -> int:
@@ -291,14 +309,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 
 def decline(cfg: DwPlaneConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp) -> str | None:
-    if dtype.name not in DTYPES:
-        return (f"dwplane multiplies on tensor cores: it takes {', '.join(DTYPES)}, not {dtype.name} "
-                "(dwslide / dwstream run true fp32)")
-    if p.C != 1 or p.K != 1:
-        return f"dwplane serves depthwise groups (C = K = 1); this problem has C={p.C}, K={p.K}"
-    if layout.layout_family == "nhwgc":  # relayout's twins: dwplane never serves them (its rows stay apart)
-        return "dwplane reads planar layouts (channels-first, group-major); channels-last kernels fit NHWGC"
-    reason = planar_reason(ConvGeometry.build(p, layout))
+    reason = planar_depthwise_reason(p, layout, dtype, DTYPES, "dwslide / dwstream")
     if reason:
         return reason
     fx, sw, dw = p.filter[-1], p.stride[-1], p.dilation[-1]

@@ -48,8 +48,9 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
+from ..tuning.model_constants import PLANE_FULL_VECTOR
 from .common import MAX_GRID_YZ, DirectStyleConfig, dot_operands, dot_tn, occupancy_split, require_contiguous
-from .depthwise_plane import planar_reason, plane_vector
+from .depthwise_plane import planar_depthwise_reason, plane_tile_reason, plane_vector
 from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
@@ -60,7 +61,6 @@ DTYPES = ("fp16", "bf16", "fp32_tf32")  # tensor-core products (tf32: three bf16
 _MAX_OPERAND_PER_THREAD = 128  # elements of the gathered [BLOCK_M, RP*J] grad_out tile per thread
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [BLOCK_M, JO] result per thread (128 spilled in wgrad)
 _PROGRAMS_PER_SM = 8
-FULL_VECTOR = 4  # loads of narrower vectors cost more (model_constants.PLANE_FULL_VECTOR, wgrad, session 37)
 
 
 @triton.jit
@@ -242,16 +242,7 @@ class DwPlaneDataConfig(DirectStyleConfig):
     POW2_BLOCKS: ClassVar[tuple[str, ...]] = ("block_m", "j")
 
     def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
-        if self.block_m < 16 or self.j < 16:
-            return f"block_m={self.block_m} and j={self.j} must be at least 16 (the dot's smallest tile)"
-        if self.prefetch not in (0, 1):
-            return f"prefetch={self.prefetch!r} must be 0 or 1"
-        if self.num_stages not in (1, 2, 3, 4):
-            return f"num_stages={self.num_stages!r} must be 1 to 4"
-        return None
+        return super().check() or plane_tile_reason(self)
 
 
 class BlockPlan(NamedTuple):
@@ -279,10 +270,10 @@ def result_columns(j: int, stride_w: int) -> int:
 def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int, wi: int, wo: int,
                stride_h: int = 1) -> BlockPlan:
     """The plan with the fewest blocks per plane, counting blocks of vectors narrower than
-    :data:`FULL_VECTOR` proportionally more (their loads issue more instructions), then the widest
-    vectors. Column blocks: the largest
-    tw <= jo, a multiple of s_w*v, whose grad_out columns (from cb, the leftmost any tap reaches rounded
-    down to v) fit in j, for v = vec, vec/2, ..., 1. Row blocks (stride 1 along H): as many whole rows as
+    PLANE_FULL_VECTOR (the cost model's constant) proportionally more (their loads issue more
+    instructions), then the widest vectors. Column blocks: the largest tw <= jo, a multiple of s_w*v,
+    whose grad_out columns (from cb, the leftmost any tap reaches rounded down to v) fit in j, for
+    v = vec, vec/2, ..., 1. Row blocks (stride 1 along H): as many whole rows as
     jo grad_in and j grad_out columns hold, when that is at least two. tw 0: j is too narrow."""
     jo = result_columns(j, stride_w)
     best, best_cost = BlockPlan(1, 0, 0, 1, jo), 0.0
@@ -294,7 +285,7 @@ def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int,
         tw = jo // step * step
         while tw > 0 and (tw - 1 + pad_w) // stride_w - cb > j - 1:
             tw -= step
-        cost = triton.cdiv(wi, max(tw, 1)) * max(1.0, FULL_VECTOR / v)
+        cost = triton.cdiv(wi, max(tw, 1)) * max(1.0, PLANE_FULL_VECTOR / v)
         if tw > 0 and (best.tw == 0 or cost < best_cost):
             best, best_cost = BlockPlan(1, tw, cb, v, jo), cost
         v //= 2
@@ -367,14 +358,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
 
 def decline(cfg: DwPlaneDataConfig, p: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
-    if dtype.name not in DTYPES:
-        return (f"dwplane multiplies on tensor cores: it takes {', '.join(DTYPES)}, not {dtype.name} "
-                "(direct and dwtaps run true fp32)")
-    if p.C != 1 or p.K != 1:
-        return f"dwplane serves depthwise groups (C = K = 1); this problem has C={p.C}, K={p.K}"
-    if layout.layout_family == "nhwgc":  # relayout's twins: dwplane never serves them (its rows stay apart)
-        return "dwplane reads planar layouts (channels-first, group-major); channels-last kernels fit NHWGC"
-    reason = planar_reason(ConvGeometry.build(p, layout))
+    reason = planar_depthwise_reason(p, layout, dtype, DTYPES, "direct and dwtaps")
     if reason:
         return reason
     plan = _plan(p, cfg.j, 1)
