@@ -48,7 +48,6 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from ..tuning.model_constants import PLANE_FULL_VECTOR
 from .common import MAX_GRID_YZ, DirectStyleConfig, dot_operands, dot_tn, occupancy_split, require_contiguous
 from .depthwise_plane import planar_depthwise_reason, plane_tile_reason, plane_vector
 from .depthwise_stream import vector_width
@@ -61,6 +60,9 @@ DTYPES = ("fp16", "bf16", "fp32_tf32")  # tensor-core products (tf32: three bf16
 _MAX_OPERAND_PER_THREAD = 128  # elements of the gathered [BLOCK_M, RP*J] grad_out tile per thread
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [BLOCK_M, JO] result per thread (128 spilled in wgrad)
 _PROGRAMS_PER_SM = 8
+# loads of narrower vectors cost more: the cost model's PLANE_FULL_VECTOR (wgrad, session 37); kernels do not
+# import the tuning layer (tests/test_architecture)
+FULL_VECTOR = 4
 
 
 @triton.jit
@@ -270,11 +272,11 @@ def result_columns(j: int, stride_w: int) -> int:
 def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int, wi: int, wo: int,
                stride_h: int = 1) -> BlockPlan:
     """The plan with the fewest blocks per plane, counting blocks of vectors narrower than
-    PLANE_FULL_VECTOR (the cost model's constant) proportionally more (their loads issue more
-    instructions), then the widest vectors. Column blocks: the largest tw <= jo, a multiple of s_w*v,
-    whose grad_out columns (from cb, the leftmost any tap reaches rounded down to v) fit in j, for
-    v = vec, vec/2, ..., 1. Row blocks (stride 1 along H): as many whole rows as
-    jo grad_in and j grad_out columns hold, when that is at least two. tw 0: j is too narrow."""
+    FULL_VECTOR proportionally more (their loads issue more instructions), then the widest vectors.
+    Column blocks: the largest tw <= jo, a multiple of s_w*v, whose grad_out columns (from cb, the
+    leftmost any tap reaches rounded down to v) fit in j, for v = vec, vec/2, ..., 1. Row blocks
+    (stride 1 along H): as many whole rows as jo grad_in and j grad_out columns hold, when that is at
+    least two. tw 0: j is too narrow."""
     jo = result_columns(j, stride_w)
     best, best_cost = BlockPlan(1, 0, 0, 1, jo), 0.0
     v = vec
@@ -285,7 +287,7 @@ def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int,
         tw = jo // step * step
         while tw > 0 and (tw - 1 + pad_w) // stride_w - cb > j - 1:
             tw -= step
-        cost = triton.cdiv(wi, max(tw, 1)) * max(1.0, PLANE_FULL_VECTOR / v)
+        cost = triton.cdiv(wi, max(tw, 1)) * max(1.0, FULL_VECTOR / v)
         if tw > 0 and (best.tw == 0 or cost < best_cost):
             best, best_cost = BlockPlan(1, tw, cb, v, jo), cost
         v //= 2
