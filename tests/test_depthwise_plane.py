@@ -61,6 +61,44 @@ def test_columns(fsdj):
     check(p, layout_family="gnhwc", cfg=dict(j=j), seed=83)
 
 
+# (input, filter, stride, dilation, left pad, right pad, j, layout family): blocks of whole rows on small
+# planes: two rows and a partial last block, stride 2 along W, dilation 2 with asymmetric pads, a filter
+# taller than the plane, one row of a plane wider than a column block, 3D, 1D
+ROW_CASES = [
+    ((5, 6), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 16, "ngchw"),
+    ((6, 9), (3, 3), (1, 2), (1, 1), (1, 1), (1, 0), 32, "gnhwc"),
+    ((7, 8), (3, 3), (1, 1), (1, 2), (1, 2), (1, 0), 16, "ngchw_kcyx"),
+    ((3, 7), (5, 5), (1, 1), (1, 1), (2, 2), (2, 2), 16, "ngchw"),
+    ((4, 30), (3, 7), (1, 1), (1, 1), (1, 3), (1, 3), 32, "gnhwc"),
+    ((3, 4, 5), (2, 3, 3), (1, 1, 1), (2, 1, 1), (1, 1, 0), (0, 1, 2), 16, "ngchw"),
+    ((30,), (7,), (1,), (1,), (3,), (3,), 32, "ngchw"),
+]
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=["two-rows", "s2", "d2-asym", "tall-filter", "one-row", "3d", "1d"])
+@pytest.mark.parametrize("split", [1, 3])
+def test_row_blocks(case, split):
+    inp, f, s, d, lp, rp, j, family = case
+    nd = len(inp)
+    p = P(nd, 3, 2, 1, 1, f, inp, s, d, lp, rp)
+    geo = ConvGeometry.build(p, layout_for(family, nd))
+    plan = dpl.block_plan(j, f[-1], s[-1], d[-1], lp[-1], dpl.plane_vector(geo), inp[-1], geo.out3[2], geo.out3[1],
+                          geo.stride3[1])
+    assert plan.rows > 0 and plan.blocks(geo.out3[1], geo.out3[2]) < geo.out3[1] * -(-geo.out3[2] // max(
+        dpl.block_columns(j, f[-1], s[-1], d[-1], lp[-1])[0], 1)), plan
+    check(p, layout_family=family, cfg=dict(j=j, split=split), dtype="fp16" if split == 3 else "bf16", seed=89)
+
+
+def test_row_plan():
+    """Row blocks only where they make fewer blocks (stride 1 along H, rows that fit j)."""
+    assert dpl.block_plan(32, 7, 1, 1, 3, 4, 28, 28, 28, 1) == dpl.PlaneBlocks(1, 28, 3, 4)  # 2 column blocks a row
+    assert dpl.block_plan(32, 5, 1, 1, 2, 1, 7, 7, 7, 1) == dpl.PlaneBlocks(4, 28, 2, 1)
+    assert dpl.block_plan(64, 7, 1, 1, 3, 8, 56, 56, 56, 1) == dpl.PlaneBlocks(1, 56, 3, 8)  # aligned: 48 + 8
+    assert dpl.block_plan(64, 3, 1, 1, 1, 8, 40, 40, 40, 1).rows == 0  # one column block a row already
+    assert dpl.block_plan(32, 3, 1, 1, 1, 2, 14, 14, 14, 2).rows == 0  # stride 2 along H
+    assert dpl.block_plan(32, 3, 1, 1, 1, 2, 14, 14, 14).rows == 0  # plane unknown
+
+
 @pytest.mark.parametrize("cfg", [dict(block_m=32, j=32, prefetch=0, num_warps=4, num_stages=3, split=0),
                                  dict(block_m=64, j=16, prefetch=1, num_warps=8, num_stages=1, split=2)],
                          ids=["auto-split", "wide-m"])

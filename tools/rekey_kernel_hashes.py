@@ -91,8 +91,31 @@ OTHER_CHECKS = {
     # relayout runs channels-last twins
     "bdrow_not_group_major": lambda row: (row["algorithm"] == "relayout"
                                           or (row["algorithm"] == "bdrow" and not row["layout"].startswith("G"))),
+    # session 39: the same hint in bdwin (its group-major txall builds changed; tx1 ones and NHWGC / NGCHW compile
+    # as before)
+    "bdwin_not_group_major": lambda row: (row["algorithm"] == "relayout"
+                                          or (row["algorithm"] == "bdwin" and not row["layout"].startswith("G"))),
+    # session 39: dwplane wgrad cuts small planes into blocks of whole rows (ROWS > 0); its ROWS 0 build (column
+    # blocks) compiles to the PTX of before
+    "dwplane_wgrad_columns": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "dwplane"
+                                          and _dwplane_wgrad_rows(row) == 0),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
+
+
+def _dwplane_wgrad_rows(row: dict[str, str]) -> int:
+    """The rows per block a dwplane wgrad row's launch uses today (0: column blocks); -1 where the row does not say
+    (an evidence line)."""
+    from instance_factory.geometry import ConvGeometry
+    from instance_factory.kernels import depthwise_plane as dpl
+    from instance_factory.layouts import parse_layout
+    from instance_factory.tuning.schema import params_from_row
+
+    if "problem_key" not in row:
+        return -1
+    p = params_from_row(row)
+    geo = ConvGeometry.build(p, parse_layout(row["layout"], p.ndim))
+    return dpl.geometry_plan(geo, json.loads(row["instance_params"])["j"]).rows
 
 
 def _is_1x1_pad0(row: dict[str, str]) -> bool:

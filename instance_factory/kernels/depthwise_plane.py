@@ -28,7 +28,7 @@ deterministic split reduce.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import triton
 import triton.language as tl
@@ -55,7 +55,8 @@ from .common import (
 from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "bind", "block_columns", "block_plan", "decline", "model_work",
+__all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "PlaneBlocks", "bind", "block_columns", "block_plan", "decline",
+           "geometry_plan", "model_work",
            "planar_depthwise_reason", "planar_reason", "plane_tile_reason", "plane_vector"]
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
@@ -65,40 +66,59 @@ _MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [FYP*J, J] product per thre
 @triton.jit
 def _plane_tiles(x_ptr, dy_ptr, m0, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V, PADA_V,
                  s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h, ys_g, ys_n, ys_d, ys_h,
-                 FY, BLOCK_M: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, VEC: tl.constexpr):
-    """The x block [BLOCK_M, FYP*J] and the dy block [BLOCK_M, J] of column blocks m0 + rows.
+                 FY, BLOCK_M: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, VEC: tl.constexpr,
+                 ROWS: tl.constexpr):
+    """The x block [BLOCK_M, FYP*J] and the dy block [BLOCK_M, J] of blocks m0 + rows.
 
     x is gathered as [BLOCK_M, FYP, J]: the row offsets and row tests are computed per (block,
     filter row) and the column tests per (block, column), so each element costs one add and one
-    and (a flat [BLOCK_M, FYP*J] index spent a dozen integer operations per element)."""
+    and (a flat [BLOCK_M, FYP*J] index spent a dozen integer operations per element).
+    Row blocks (ROWS > 0): XB counts a plane's row blocks and TW_V is ROWS*WO_V; dy and each filter
+    row's x are flat runs of whole rows (the planes' rows are contiguous), a run's rows tested by
+    its flat position against the plane's."""
     m = m0 + rows
     live = m < m_end
     xb = m % XB
     r = m // XB
-    oh = r % Ho
-    q = r // Ho
+    if ROWS > 0:
+        oh = xb * ROWS
+        q = r
+    else:
+        oh = r % Ho
+        q = r // Ho
     od = q % Do
     n = q // Do
-    ow0_v = xb * TW_V
-    # dy: columns ow0 + i, i < TW
     i = tl.arange(0, J)
     iv = i // VEC  # constant over aligned runs of VEC: the loads and their masks vectorize
-    ow_v = ow0_v[:, None] + iv[None, :]
-    ym = live[:, None] & (iv < TW_V)[None, :] & (ow_v < WO_V)
-    y_row = g * ys_g + n * ys_n + od * ys_d + oh * ys_h + ow0_v
+    if ROWS > 0:  # dy: the flat run of rows oh.. (i < ROWS*Wo)
+        ow_v = (oh * WO_V)[:, None] + iv[None, :]
+        ym = live[:, None] & (iv < TW_V)[None, :] & (ow_v < Ho * WO_V)
+        y_row = g * ys_g + n * ys_n + od * ys_d + oh * ys_h
+    else:  # dy: columns ow0 + i, i < TW
+        ow0_v = xb * TW_V
+        ow_v = ow0_v[:, None] + iv[None, :]
+        ym = live[:, None] & (iv < TW_V)[None, :] & (ow_v < WO_V)
+        y_row = g * ys_g + n * ys_n + od * ys_d + oh * ys_h + ow0_v
     b = tl.load(dy_ptr + (y_row * VEC)[:, None] + i[None, :], mask=ym, other=0.0)
-    # x: rows oh*s_h - p_h + ty*dil_h, columns ow0*s_w - PADA + j
+    # x: rows oh*s_h - p_h + ty*dil_h, columns ow0*s_w - PADA + j (row blocks: the flat run from column 0)
     i_d = od * s_d - pad_d + tz * dil_d
     d_ok = live & (i_d >= 0) & (i_d < Di)
     ty = tl.arange(0, FYP)[None, :, None]
     i_h = (oh * s_h - pad_h)[:, None, None] + ty * dil_h  # [BLOCK_M, FYP, 1]
-    row_ok = d_ok[:, None, None] & (i_h >= 0) & (i_h < Hi) & (ty < FY)
-    c0_v = ow0_v * s_w - PADA_V
-    row_off = ((g * xs_g + n * xs_n + i_d * xs_d + c0_v)[:, None, None] + i_h * xs_h) * VEC
-    j = tl.arange(0, J)[None, None, :]
-    cv = c0_v[:, None, None] + j // VEC  # [BLOCK_M, 1, J]
-    col_ok = (cv >= 0) & (cv < WI_V)
-    a = tl.load(x_ptr + row_off + j, mask=row_ok & col_ok, other=0.0)
+    if ROWS > 0:  # columns past ROWS*Wi hold the next rows: in the product, never read off it
+        j = tl.arange(0, J)[None, None, :]
+        flat_v = i_h * WI_V + j // VEC
+        ok = d_ok[:, None, None] & (ty < FY) & (flat_v >= 0) & (flat_v < Hi * WI_V)
+        row_off = ((g * xs_g + n * xs_n + i_d * xs_d)[:, None, None] + i_h * xs_h) * VEC
+        a = tl.load(x_ptr + row_off + j, mask=ok, other=0.0)
+    else:
+        row_ok = d_ok[:, None, None] & (i_h >= 0) & (i_h < Hi) & (ty < FY)
+        c0_v = ow0_v * s_w - PADA_V
+        row_off = ((g * xs_g + n * xs_n + i_d * xs_d + c0_v)[:, None, None] + i_h * xs_h) * VEC
+        j = tl.arange(0, J)[None, None, :]
+        cv = c0_v[:, None, None] + j // VEC  # [BLOCK_M, 1, J]
+        col_ok = (cv >= 0) & (cv < WI_V)
+        a = tl.load(x_ptr + row_off + j, mask=row_ok & col_ok, other=0.0)
     return tl.reshape(a, (BLOCK_M, FYP * J)), b
 
 
@@ -106,14 +126,16 @@ def _plane_tiles(x_ptr, dy_ptr, m0, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi
 def _dwplane_kernel(
     x_ptr, dy_ptr, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
-    G, FZ, M, chunk, XB, TW_V,  # column blocks per group M = N*Do*Ho*XB, per chunk, per row; columns per block / VEC
+    G, FZ, M, chunk, XB, TW_V,  # blocks per group M = N*Do*Ho*XB, per chunk, per row; columns per block / VEC
     Do, Ho, Di, Hi, WI_V, WO_V, PADA_V, OFF,  # widths / VEC; the blocks' first input column is ow0*s_w - PADA_V*VEC
+    # (row blocks: M = N*Do*XB, XB row blocks per plane, TW_V = ROWS*WO_V, OFF = pad_w)
     FY, FX, TAPS,
     s_d, s_h, s_w, dil_d, dil_h, dil_w, pad_d, pad_h,
     xs_g, xs_n, xs_d, xs_h,  # x strides / VEC (w: 1)
     ws_g, ws_z, ws_y, ws_x,  # result (and every D) strides
     ys_g, ys_n, ys_d, ys_h,  # dy strides / VEC (w: 1)
     BLOCK_M: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr,
+    ROWS: tl.constexpr,  # 0: column blocks; else blocks of ROWS whole rows (small planes, s_h = 1; block_plan)
     OPERANDS: tl.constexpr, FINAL: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
@@ -134,11 +156,11 @@ def _dwplane_kernel(
     if PREFETCH:  # the next blocks' loads are in flight during this block's product
         a, b = _plane_tiles(x_ptr, dy_ptr, m_start, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V,
                             PADA_V, s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h,
-                            ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC)
+                            ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC, ROWS)
         for m0 in range(m_start, m_end, BLOCK_M):
             an, bn = _plane_tiles(x_ptr, dy_ptr, m0 + BLOCK_M, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V,
                                   PADA_V, s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h,
-                                  ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC)
+                                  ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC, ROWS)
             acc = dot_tn(a, b, acc, OPERANDS)
             a = an
             b = bn
@@ -146,17 +168,28 @@ def _dwplane_kernel(
         for m0 in range(m_start, m_end, BLOCK_M):
             a, b = _plane_tiles(x_ptr, dy_ptr, m0, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi, WI_V, WO_V, PADA_V,
                                 s_d, s_h, s_w, dil_d, dil_h, pad_d, pad_h, xs_g, xs_n, xs_d, xs_h,
-                                ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC)
+                                ys_g, ys_n, ys_d, ys_h, FY, BLOCK_M, J, FYP, VEC, ROWS)
             acc = dot_tn(a, b, acc, OPERANDS)
 
-    # dw[tz, ty, tx] = sum over i < TW of acc[ty*J + OFF + s_w*i + dil_w*tx, i]
+    # dw[tz, ty, tx] = sum over i < TW of acc[ty*J + OFF + s_w*i + dil_w*tx, i]; row blocks: dy column i
+    # of row a = i // Wo meets x column a*Wi + s_w*(i % Wo) - pad_w + dil_w*tx of the run when that
+    # column is in its row
     acc3 = tl.reshape(acc, (FYP, J, J))
-    diag = tl.arange(0, J)[:, None] - s_w * i[None, :] - OFF  # [J, J]
-    i_ok = (iv < TW_V)[None, :]
+    if ROWS > 0:
+        a_row = i // (WO_V * VEC)
+        col0 = s_w * (i - a_row * (WO_V * VEC)) - OFF
+        diag = tl.arange(0, J)[:, None] - (a_row * (WI_V * VEC) + col0)[None, :]
+        i_ok = (a_row < ROWS)[None, :]
+    else:
+        diag = tl.arange(0, J)[:, None] - s_w * i[None, :] - OFF  # [J, J]
+        i_ok = (iv < TW_V)[None, :]
     tyv = tl.arange(0, FYP)
     keep_y = tyv < FY
     for tx in range(FX):
         sel = (diag == dil_w * tx) & i_ok
+        if ROWS > 0:
+            col = col0 + dil_w * tx
+            sel = sel & ((col >= 0) & (col < WI_V * VEC))[None, :]
         res = tl.sum(tl.sum(tl.where(sel[None, :, :], acc3, 0.0), axis=2), axis=1)  # [FYP]
         if FINAL:
             offs = g * ws_g + tz * ws_z + tyv * ws_y + tx * ws_x
@@ -205,14 +238,52 @@ def block_columns(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int = 0, ve
     return max(0, min(j, tw) // vec * vec), off
 
 
-def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int) -> tuple[int, int, int]:
-    """(output columns per block, first tap's offset, vector width): :func:`block_columns` at ``vec``,
-    or unvectorized when aligned blocks leave no room for a column."""
+class PlaneBlocks(NamedTuple):
+    """How the output planes are cut into blocks: column blocks of ``tw`` output columns (``rows`` 0;
+    ``off``: the first tap's column in the block) or blocks of ``rows`` whole rows (``tw`` = rows*Wo,
+    ``off`` = pad_w); loads of ``vec``-element vectors."""
+
+    rows: int
+    tw: int
+    off: int
+    vec: int
+
+    def blocks(self, ho: int, wo: int) -> int:
+        """Blocks per (n, od) plane."""
+        return triton.cdiv(ho, self.rows) if self.rows else ho * triton.cdiv(wo, max(self.tw, 1))
+
+
+def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int, wi: int = 0, wo: int = 0,
+               ho: int = 1, stride_h: int = 0) -> PlaneBlocks:
+    """Column blocks: :func:`block_columns` at ``vec``, or unvectorized when aligned blocks leave no room
+    for a column. Small planes at stride 1 along H (``wi``, ``wo``, ``ho`` given): as many whole rows as
+    j input and j output columns hold, when that makes fewer blocks (the x run of a row block needs no
+    halo: its padding columns are simply never read off the product)."""
     tw, off = block_columns(j, fx, stride_w, dil_w, pad_w, vec)
+    cols = PlaneBlocks(0, tw, off, vec)
     if tw == 0:
-        vec = 1
         tw, off = block_columns(j, fx, stride_w, dil_w, pad_w, 1)
-    return tw, off, vec
+        cols = PlaneBlocks(0, tw, off, 1)
+    if stride_h == 1 and wi > 0 and wo > 0 and tw > 0:
+        rows = min(j // wi, j // wo, ho)
+        if rows >= 1 and triton.cdiv(ho, rows) < cols.blocks(ho, wo):
+            return PlaneBlocks(rows, rows * wo, pad_w, vec)
+    return cols
+
+
+def geometry_plan(geo: ConvGeometry, j: int) -> PlaneBlocks:
+    """The blocks a launch on these tensors uses (row blocks need each plane's rows back to back)."""
+    (_, ho, wo), wi = geo.out3, geo.in3[2]
+    rows_contiguous = geo.x_strides[4] == wi and geo.y_strides[4] == wo  # (W stride 1: planar_reason)
+    return block_plan(j, geo.filt3[2], geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo), wi, wo, ho,
+                      geo.stride3[1] if rows_contiguous else 0)
+
+
+def _plan(p: ConvParams, j: int, vec: int) -> PlaneBlocks:
+    ho = p.output[-2] if p.ndim >= 2 else 1
+    sh = p.stride[-2] if p.ndim >= 2 else 1
+    return block_plan(j, p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1], vec, p.input[-1],
+                      p.output[-1], ho, sh)
 
 
 def planar_reason(geo: ConvGeometry) -> str | None:
@@ -259,13 +330,12 @@ def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
     """(x and dy tile elements loaded, products of the dots, load vector width) of one call with
     j-column blocks, for the cost model (tuning/roofline.py). The layout is not known there: the
     vector width is taken from the plane widths alone (planar strides are multiples of them)."""
-    fz, fy, fx = (1, 1, *p.filter)[-3:]
+    fz, fy, _ = (1, 1, *p.filter)[-3:]
     do, ho, wo = (1, 1, *p.output)[-3:]
-    vec = vector_width((p.input[-1],), wo)
-    tw, _, vec = block_plan(j, fx, p.stride[-1], p.dilation[-1], p.left_pad[-1], vec)
+    plan = _plan(p, j, vector_width((p.input[-1],), wo))
     fyp = _filter_rows_padded(fy)
-    blocks = p.G * fz * p.N * do * ho * triton.cdiv(wo, max(tw, 1))
-    return blocks * (fyp + 1) * j, blocks * fyp * j * j, vec
+    blocks = p.G * fz * p.N * do * plan.blocks(ho, wo)
+    return blocks * (fyp + 1) * j, blocks * fyp * j * j, plan.vec
 
 
 def auto_split(blocks: int, base_programs: int, block_m: int, sms: int) -> int:
@@ -280,9 +350,12 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     block_m, j = int(cfg.block_m), int(cfg.j)
     fz, fy, fx = geo.filt3
     Do, Ho, Wo = geo.out3
-    tw, off, vec = block_plan(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo))
-    xb = triton.cdiv(Wo, tw)
-    blocks = geo.N * Do * Ho * xb
+    Wi = geo.in3[2]
+    xs, ys, wst = geo.x_strides, geo.y_strides, geo.w_strides
+    plan = geometry_plan(geo, j)
+    tw, off, vec = plan.tw, plan.off, plan.vec
+    xb = triton.cdiv(Ho, plan.rows) if plan.rows else triton.cdiv(Wo, tw)  # blocks per plane / per row
+    blocks = geo.N * Do * plan.blocks(Ho, Wo)
     base = geo.G * fz
     split = int(cfg.split)
     if split <= 0:
@@ -295,11 +368,10 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     main = BoundKernel(_dwplane_kernel, (base, split),
                        BLOCK_M=block_m, J=j, FYP=_filter_rows_padded(fy), VEC=vec, PREFETCH=bool(cfg.prefetch),
-                       OPERANDS=dot_operands(args.dtype), FINAL=final, USE_INT64=use_int64,
+                       ROWS=plan.rows, OPERANDS=dot_operands(args.dtype), FINAL=final, USE_INT64=use_int64,
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages), **epi)
-    xs, ys, wst = geo.x_strides, geo.y_strides, geo.w_strides
-    pada = geo.pad3[2] + off
-    sizes = (geo.G, fz, blocks, chunk, xb, tw // vec, Do, Ho, geo.in3[0], geo.in3[1], geo.in3[2] // vec,
+    pada = geo.pad3[2] + (0 if plan.rows else off)
+    sizes = (geo.G, fz, blocks, chunk, xb, tw // vec, Do, Ho, geo.in3[0], geo.in3[1], Wi // vec,
              Wo // vec, pada // vec, off, fy, fx, taps, *geo.stride3, *geo.dil3, geo.pad3[0], geo.pad3[1],
              xs[0] // vec, xs[1] // vec, xs[3] // vec, xs[4] // vec, wst[0], wst[3], wst[4], wst[5],
              ys[0] // vec, ys[1] // vec, ys[3] // vec, ys[4] // vec)

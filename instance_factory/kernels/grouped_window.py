@@ -188,8 +188,9 @@ def _bdwin_wgrad_kernel(
     x_rows_ok = _channels_ok(jn, g0, G, C, GPT) & (jb // BLOCK_N < TXB) & (tx < FX)
     if PACKED_X:
         x_ch = g0 * C + jn
-    else:
-        x_ch = (g0 + jn // C) * xs_g + (jn % C) * xs_c
+    else:  # runs of ALIGN channels are contiguous and ALIGN-aligned: said outright, as in bdrow (session 38),
+        # or the group-major x tile loads 2 bytes at a time (session 39)
+        x_ch = tl.max_contiguous(tl.multiple_of((g0 + jn // C) * xs_g + (jn % C) * xs_c, ALIGN), ALIGN)
     tx_in = tx * dil_w
     # ---- grad_out tile columns: (g, k) ---------------------------------------------------------
     jk = tl.arange(0, BLOCK_K)
