@@ -63,7 +63,8 @@ def test_columns(fsdj):
 
 # (input, filter, stride, dilation, left pad, right pad, j, layout family): blocks of whole rows on small
 # planes: two rows and a partial last block, stride 2 along W, dilation 2 with asymmetric pads, a filter
-# taller than the plane, one row of a plane wider than a column block, 3D, 1D
+# taller than the plane, one row of a plane wider than a column block, 3D, 1D, a product over
+# _GATHER_MAX (its taps read off by masked sums: [4*32, 64]), one row with dilation 2 along H
 ROW_CASES = [
     ((5, 6), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 16, "ngchw"),
     ((6, 9), (3, 3), (1, 2), (1, 1), (1, 1), (1, 0), 32, "gnhwc"),
@@ -72,31 +73,41 @@ ROW_CASES = [
     ((4, 30), (3, 7), (1, 1), (1, 1), (1, 3), (1, 3), 32, "gnhwc"),
     ((3, 4, 5), (2, 3, 3), (1, 1, 1), (2, 1, 1), (1, 1, 0), (0, 1, 2), 16, "ngchw"),
     ((30,), (7,), (1,), (1,), (3,), (3,), 32, "ngchw"),
+    ((5, 30), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 64, "ngchw"),
+    ((6, 30), (3, 3), (1, 1), (2, 1), (2, 1), (2, 1), 32, "gnhwc"),
 ]
 
 
-@pytest.mark.parametrize("case", ROW_CASES, ids=["two-rows", "s2", "d2-asym", "tall-filter", "one-row", "3d", "1d"])
+@pytest.mark.parametrize("case", ROW_CASES, ids=["two-rows", "s2", "d2-asym", "tall-filter", "one-row", "3d", "1d",
+                                             "masked-taps", "one-row-d2"])
 @pytest.mark.parametrize("split", [1, 3])
 def test_row_blocks(case, split):
     inp, f, s, d, lp, rp, j, family = case
     nd = len(inp)
     p = P(nd, 3, 2, 1, 1, f, inp, s, d, lp, rp)
     geo = ConvGeometry.build(p, layout_for(family, nd))
-    plan = dpl.block_plan(j, f[-1], s[-1], d[-1], lp[-1], dpl.plane_vector(geo), inp[-1], geo.out3[2], geo.out3[1],
-                          geo.stride3[1])
-    assert plan.rows > 0 and plan.blocks(geo.out3[1], geo.out3[2]) < geo.out3[1] * -(-geo.out3[2] // max(
-        dpl.block_columns(j, f[-1], s[-1], d[-1], lp[-1])[0], 1)), plan
+    plan = dpl.geometry_plan(geo, j, CFG["num_warps"])
+    assert plan.rows > 0, plan
+    if j == 64:  # masked-taps: several rows a block, a product over _GATHER_MAX
+        assert plan.rows > 1 and plan.xrp * plan.wp * j > 4096, plan
     check(p, layout_family=family, cfg=dict(j=j, split=split), dtype="fp16" if split == 3 else "bf16", seed=89)
 
 
 def test_row_plan():
-    """Row blocks only where they make fewer blocks (stride 1 along H, rows that fit j)."""
-    assert dpl.block_plan(32, 7, 1, 1, 3, 4, 28, 28, 28, 1) == dpl.PlaneBlocks(1, 28, 3, 4)  # 2 column blocks a row
-    assert dpl.block_plan(32, 5, 1, 1, 2, 1, 7, 7, 7, 1) == dpl.PlaneBlocks(4, 28, 2, 1)
-    assert dpl.block_plan(64, 7, 1, 1, 3, 8, 56, 56, 56, 1) == dpl.PlaneBlocks(1, 56, 3, 8)  # aligned: 48 + 8
-    assert dpl.block_plan(64, 3, 1, 1, 1, 8, 40, 40, 40, 1).rows == 0  # one column block a row already
-    assert dpl.block_plan(32, 3, 1, 1, 1, 2, 14, 14, 14, 2).rows == 0  # stride 2 along H
+    """Row blocks where their x tiles load fewer elements than column blocks: stride 1 along H, whole rows
+    within j, an x tile within the accumulators."""
+    assert dpl.block_plan(32, 7, 1, 1, 3, 4, 28, 28, 28, 1, fy=7, max_x=256) == dpl.PlaneBlocks(1, 28, 3, 4, 8, 32)
+    assert dpl.block_plan(32, 5, 1, 1, 2, 1, 7, 7, 7, 1, fy=5, max_x=256) == dpl.PlaneBlocks(4, 28, 2, 1, 8, 8)
+    assert dpl.block_plan(32, 7, 1, 1, 3, 4, 28, 28, 28, 1, fy=7, max_x=128).rows == 0  # 8 rows x 32 columns
+    assert dpl.block_plan(64, 7, 1, 1, 3, 8, 56, 56, 56, 1, fy=7, max_x=128).rows == 0
+    assert dpl.block_plan(32, 3, 1, 1, 1, 2, 14, 14, 14, 2, fy=3, max_x=256).rows == 0  # stride 2 along H
     assert dpl.block_plan(32, 3, 1, 1, 1, 2, 14, 14, 14).rows == 0  # plane unknown
+    # 3x3 on 14x14 at j 32: two rows a block, four input rows of 16 columns
+    assert dpl.block_plan(32, 3, 1, 1, 1, 2, 14, 14, 14, 1, fy=3, max_x=256) == dpl.PlaneBlocks(2, 28, 1, 2, 4, 16)
+    # one row (its taps read off by one masked sum per tx) with dilation 2 along H: 5 input rows padded to 8
+    assert dpl.block_plan(32, 3, 1, 1, 1, 2, 30, 30, 6, 1, fy=3, dil_h=2, max_x=256) == dpl.PlaneBlocks(1, 30, 1, 2, 8, 32)
+    # a 2-wide plane: its tile widened to the dot's 16 rows
+    assert dpl.block_plan(16, 3, 1, 1, 1, 1, 2, 2, 6, 1, fy=3, max_x=256) == dpl.PlaneBlocks(6, 12, 1, 1, 8, 2)
 
 
 @pytest.mark.parametrize("cfg", [dict(block_m=32, j=32, prefetch=0, num_warps=4, num_stages=3, split=0),
@@ -163,10 +174,13 @@ def test_declines_and_configs():
     assert ALG.decline(cfg, dw, layout_for("gnhwc", 2), dt, fused) is None
     k31 = P(1, 4, 1, 1, 1, (31,), (64,), (1,), (1,), (15,), (15,))
     assert "no output column" in ALG.decline(cfg.replace(j=16), k31, layout_for("ngchw", 1), dt, fused)
-    big = P(2, 4, 1, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    big = P(2, 4, 1, 1, 1, (7, 7), (90, 90), (1, 1), (1, 1), (3, 3), (3, 3))
     assert "accumulators" in ALG.decline(cfg.replace(j=64, num_warps=4), big, lt, dt, fused)
     assert "accumulators" in ALG.decline(cfg.replace(j=64, num_warps=8), big, lt, dt, fused)
     assert ALG.decline(cfg.replace(j=32, num_warps=4), big, lt, dt, fused) is None
+    # a 9x9 plane: blocks of rows whose x run fits the accumulators where 8 filter rows x 64 columns do not
+    small = P(2, 4, 1, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    assert ALG.decline(cfg.replace(j=64, num_warps=4), small, lt, dt, fused) is None
     assert ALG.check_config(dict(CFG, j=8)) == "block_m=16 and j=8 must be at least 16 (the dot's smallest tile)"
     assert ALG.check_config(dict(CFG, num_stages=5)) == "num_stages=5 must be 1 to 4"
     assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"

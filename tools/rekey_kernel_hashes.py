@@ -115,7 +115,8 @@ def _dwplane_wgrad_rows(row: dict[str, str]) -> int:
         return -1
     p = params_from_row(row)
     geo = ConvGeometry.build(p, parse_layout(row["layout"], p.ndim))
-    return dpl.geometry_plan(geo, json.loads(row["instance_params"])["j"]).rows
+    cfg = json.loads(row["instance_params"])
+    return dpl.geometry_plan(geo, cfg["j"], cfg["num_warps"]).rows
 
 
 def _is_1x1_pad0(row: dict[str, str]) -> bool:
