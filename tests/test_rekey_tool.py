@@ -60,3 +60,25 @@ def test_evidence_lines_are_rekeyed_only_where_the_check_can_judge_them():
     assert (changed, kept) == (2, 2)
     out, changed, _ = tool._rekey_jsonl(text, mapping, tool._any_of("pointwise_reduce_none"))
     assert changed == 0 and out == text
+
+
+def test_dwplane_row_blocks_and_bdwin_group_major_stay_stale():
+    """Session 39: a dwplane wgrad row or evidence line whose launch now cuts blocks of whole rows (a 28x28 plane
+    at j=32) stays stale, one on column blocks (60x60) is re-keyed; bdwin's group-major rows stay stale."""
+    dw = {"block_m": 32, "j": 32, "prefetch": 0, "num_warps": 4, "num_stages": 1, "split": 0}
+    name = "conv_bwd_weight-dwplane-NGCHW_GKYXC_NGKHW-bf16-passthrough-m32_j32_pf0_w4_s1_spauto"
+    small = ["2", "192", "8", "1", "1", "7x7", "28x28", "1x1", "1x1", "3x3", "3x3"]
+    large = ["2", "96", "8", "1", "1", "7x7", "60x60", "1x1", "1x1", "3x3", "3x3"]
+    rows = [[name, "old", "conv_bwd_weight", "dwplane", json.dumps(dw), "NGCHW/GKYXC/NGKHW", "132", *shape]
+            for shape in (small, large)]
+    rows += [[f"bdwin-{lay}", "old", "conv_bwd_weight", "bdwin", "{}", f"{lay}/GKYXC/{lay[:-1]}K", "132", *ONE_TILE]
+             for lay in ("GNHWC", "NHWGC")]
+    rows = [[f"{r[0]}#{i}", *r[1:]] for i, r in enumerate(rows)]  # one name a row, as the mapping is by name
+    mapping = {r[0]: ("old", "new") for r in rows}
+    text, changed, _ = tool._rekey_csv(_text(rows), mapping, tool._any_of("dwplane_wgrad_columns,bdwin_not_group_major"))
+    assert [r[1] for r in list(csv.reader(io.StringIO(text)))[1:]] == ["old", "new", "old", "new"] and changed == 2
+    lines = [{"op": "conv_bwd_weight", "problem": f"2d-g{g}-n8-k1-c1-f7x7-i{w}x{w}-s1x1-d1x1-l3x3-r3x3",
+              "layout": "NGCHW/GKYXC/NGKHW", "instance": name, "kernel_hash": "old"} for g, w in ((192, 28), (96, 60))]
+    out, changed, kept = tool._rekey_jsonl("\n".join(json.dumps(x) for x in lines) + "\n", {name: ("old", "new")},
+                                           tool._any_of("dwplane_wgrad_columns"))
+    assert [json.loads(x)["kernel_hash"] for x in out.splitlines()] == ["old", "new"] and (changed, kept) == (1, 1)

@@ -104,19 +104,27 @@ ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
 
 def _dwplane_wgrad_rows(row: dict[str, str]) -> int:
-    """The rows per block a dwplane wgrad row's launch uses today (0: column blocks); -1 where the row does not say
-    (an evidence line)."""
+    """The rows per block a dwplane wgrad row's launch uses today (0: column blocks), from a database row or an
+    evidence line (its problem and instance name); -1 where neither says."""
+    import re
+
     from instance_factory.geometry import ConvGeometry
     from instance_factory.kernels import depthwise_plane as dpl
     from instance_factory.layouts import parse_layout
+    from instance_factory.problem import ConvParams
     from instance_factory.tuning.schema import params_from_row
 
-    if "problem_key" not in row:
+    if "instance_params" in row:
+        p = params_from_row(row)
+        cfg = json.loads(row["instance_params"])
+        j, warps = cfg["j"], cfg["num_warps"]
+    elif "problem" in row and (m := re.search(r"_j(\d+)_pf\d_w(\d+)_", row.get("instance", ""))):
+        p = ConvParams.from_key(row["problem"])
+        j, warps = int(m.group(1)), int(m.group(2))
+    else:
         return -1
-    p = params_from_row(row)
     geo = ConvGeometry.build(p, parse_layout(row["layout"], p.ndim))
-    cfg = json.loads(row["instance_params"])
-    return dpl.geometry_plan(geo, cfg["j"], cfg["num_warps"]).rows
+    return dpl.geometry_plan(geo, j, warps).rows
 
 
 def _is_1x1_pad0(row: dict[str, str]) -> bool:
