@@ -99,6 +99,9 @@ OTHER_CHECKS = {
     # blocks) compiles to the PTX of before
     "dwplane_wgrad_columns": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "dwplane"
                                           and _dwplane_wgrad_rows(row) == 0),
+    # session 39's review moved the row blocks' tap read-off to depthwise_plane_rows and passed its gather choice
+    # from the host: every dwplane wgrad build compiles to the same PTX (diffed per block mode)
+    "dwplane_wgrad_same_code": lambda row: row["op"] == "conv_bwd_weight" and row["algorithm"] == "dwplane",
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 

@@ -20,6 +20,11 @@ What bounds the kernel is issuing the loads: x's addresses and masks are built p
 and per (block, column) on a [BLOCK_M, FYP, J] tile, one add and one and per element (a flat index cost
 a dozen integer operations per element and half the speed, docs/BENCHMARKS.md, session 37).
 
+Small planes at stride 1 along H are cut into blocks of whole rows instead (session 39,
+:func:`block_plan`): dy is the flat run of the block's rows and x one tile of every input row its filter
+rows reach, so each input row is loaded once for all filter rows; the taps are read off the product in
+:mod:`.depthwise_plane_rows`.
+
 Grid = (G * FZ, row chunks), tz fastest (the programs of one group read the same dy). One chunk:
 the epilogue is applied here; otherwise fp32 partials [chunk, taps, G] go through the
 deterministic split reduce.
@@ -52,6 +57,7 @@ from .common import (
     split_chunks,
     split_runner,
 )
+from .depthwise_plane_rows import _row_taps_out, gathers_taps
 from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
@@ -61,7 +67,6 @@ __all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "PlaneBlocks", "bind", "block
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
 _MAX_ACC_PER_THREAD = 64  # fp32 accumulators of the [FYP*J, J] product per thread: 128 spilled (H100)
-_GATHER_MAX = tl.constexpr(4096)  # row blocks read their taps off products of this size with one tl.gather
 
 
 @triton.jit
@@ -101,7 +106,7 @@ def _plane_tiles(x_ptr, dy_ptr, m0, m_end, rows, g, tz, XB, TW_V, Do, Ho, Di, Hi
         ym = live[:, None] & (iv < TW_V)[None, :] & (ow_v < WO_V)
         y_row = g * ys_g + n * ys_n + od * ys_d + oh * ys_h + ow0_v
     b = tl.load(dy_ptr + (y_row * VEC)[:, None] + i[None, :], mask=ym, other=0.0)
-    # x: rows oh*s_h - p_h + ty*dil_h, columns ow0*s_w - PADA + j (row blocks: the flat run from column 0)
+    # x: rows oh*s_h - p_h + ty*dil_h, columns ow0*s_w - PADA + j (row blocks: every input row they reach)
     i_d = od * s_d - pad_d + tz * dil_d
     d_ok = live & (i_d >= 0) & (i_d < Di)
     if ROWS > 0:  # input rows oh - p_h + xr (rows past the last reached one: in the product, never read off it)
@@ -140,7 +145,7 @@ def _dwplane_kernel(
     BLOCK_M: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr,
     ROWS: tl.constexpr, XRP: tl.constexpr, WP: tl.constexpr,  # ROWS 0: column blocks; else blocks of ROWS
     # whole rows with their XRP input rows of WP columns (small planes, s_h = 1; block_plan)
-    TP: tl.constexpr,  # FY*FX taps rounded up to a power of two
+    TP: tl.constexpr, GATHER: tl.constexpr,  # FY*FX taps rounded up to a power of two; row blocks' read-off
     OPERANDS: tl.constexpr, FINAL: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
 ):
@@ -182,7 +187,7 @@ def _dwplane_kernel(
     if ROWS > 0:
         _row_taps_out(acc, i, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, G, FY, FX,
                       TAPS, WI_V * VEC, WO_V * VEC, OFF, s_w, dil_h, dil_w, ws_g, ws_z, ws_y, ws_x,
-                      ROWS, XRP, WP, J, FYP, TP, FINAL, OP, NUM_DS, USER_FN)
+                      ROWS, XRP, WP, J, FYP, TP, GATHER, FINAL, OP, NUM_DS, USER_FN)
     else:
         # dw[tz, ty, tx] = sum over i < TW of acc[ty*J + OFF + s_w*i + dil_w*tx, i]
         acc3 = tl.reshape(acc, (FYP, J, J))
@@ -201,86 +206,6 @@ def _dwplane_kernel(
             else:  # fp32 partials [chunk, taps, G], the layout of the split reduce
                 tap = (tz * FY + tyv) * FX + tx
                 tl.store(ws_ptr + (sid * TAPS + tap) * G + g, res, mask=keep_y)
-
-
-@triton.jit
-def _row_taps_out(acc, i, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, G, FY, FX, TAPS,
-                  WI, WO, PAD_W, s_w, dil_h, dil_w, ws_g, ws_z, ws_y, ws_x,
-                  ROWS: tl.constexpr, XRP: tl.constexpr, WP: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr,
-                  TP: tl.constexpr, FINAL: tl.constexpr,
-                  OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
-    """Row blocks: dw[tz, ty, tx] = sum over dy columns i (row a = i // Wo, column ow) of acc[(xr, c), i] with
-    input row xr = a + ty*dil_h and column c = ow*s_w - pad_w + tx*dil_w inside its row. One row a block:
-    one masked sum per tx over [XRP, WP, J] gives every filter row. Else small products gather the taps'
-    [TP, J] elements at once, larger ones select per tx the column ([XRP, WP, J] -> [XRP, J]) and then
-    every filter row. (A gather from a [256, 32] product took 187 registers against 126 and ran 1.5x
-    slower on 28x28 planes; from [64, 32] it ran 1.4x faster than masked sums on 7x7 planes, H100,
-    session 39.)"""
-    a_row = i // WO
-    ow = i - a_row * WO
-    i_ok = a_row < ROWS
-    if ROWS == 1:  # input row xr is filter row xr / dil_h: one masked sum per tx gives every filter row
-        acc3 = tl.reshape(acc, (XRP, WP, J))
-        xr = tl.arange(0, XRP)
-        ty = xr // dil_h
-        keep = (ty * dil_h == xr) & (ty < FY)
-        cpos = tl.arange(0, WP)
-        for tx in range(FX):
-            col = ow * s_w - PAD_W + tx * dil_w
-            sel = (cpos[:, None] == col[None, :]) & (i_ok & (col >= 0) & (col < WI))[None, :]  # [WP, J]
-            res = tl.sum(tl.sum(tl.where(sel[None, :, :], acc3, 0.0), axis=2), axis=1)  # [XRP]
-            _store_taps(res, keep, ty, tx, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                        G, FY, FX, TAPS, ws_g, ws_z, ws_y, ws_x, FINAL, OP, NUM_DS, USER_FN)
-    elif XRP * WP * J <= _GATHER_MAX:
-        t = tl.arange(0, TP)
-        ty = t // FX
-        tx = t - ty * FX
-        col = (ow * s_w - PAD_W)[None, :] + (dil_w * tx)[:, None]  # [TP, J]
-        keep = t < FY * FX
-        ok = keep[:, None] & i_ok[None, :] & (col >= 0) & (col < WI)
-        k = (a_row[None, :] + (dil_h * ty)[:, None]) * WP + col
-        res = tl.sum(tl.where(ok, tl.gather(acc, tl.where(ok, k, 0), 0), 0.0), axis=1)  # [TP]
-        _store_taps(res, keep, ty, tx, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                    G, FY, FX, TAPS, ws_g, ws_z, ws_y, ws_x, FINAL, OP, NUM_DS, USER_FN)
-    else:
-        _row_taps_masked(acc, a_row, ow, i_ok, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha,
-                         beta, G, FY, FX, TAPS, WI, PAD_W, s_w, dil_h, dil_w, ws_g, ws_z, ws_y, ws_x,
-                         XRP, WP, J, FYP, FINAL, OP, NUM_DS, USER_FN)
-
-
-@triton.jit
-def _row_taps_masked(acc, a_row, ow, i_ok, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                     G, FY, FX, TAPS, WI, PAD_W, s_w, dil_h, dil_w, ws_g, ws_z, ws_y, ws_x,
-                     XRP: tl.constexpr, WP: tl.constexpr, J: tl.constexpr, FYP: tl.constexpr, FINAL: tl.constexpr,
-                     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
-    """_row_taps_out by masked sums: per tx, its column of each row, then every filter row at once."""
-    acc3 = tl.reshape(acc, (XRP, WP, J))
-    tyv = tl.arange(0, FYP)
-    keep_y = tyv < FY
-    xr = tl.arange(0, XRP)
-    sel_y = xr[None, :, None] == a_row[None, None, :] + (tyv * dil_h)[:, None, None]  # [FYP, XRP, J]
-    cpos = tl.arange(0, WP)
-    for tx in range(FX):
-        col = ow * s_w - PAD_W + tx * dil_w
-        sel = (cpos[:, None] == col[None, :]) & (i_ok & (col >= 0) & (col < WI))[None, :]  # [WP, J]
-        per_row = tl.sum(tl.where(sel[None, :, :], acc3, 0.0), axis=1)  # [XRP, J]
-        res = tl.sum(tl.sum(tl.where(sel_y, per_row[None, :, :], 0.0), axis=2), axis=1)  # [FYP]
-        _store_taps(res, keep_y, tyv, tx, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                    G, FY, FX, TAPS, ws_g, ws_z, ws_y, ws_x, FINAL, OP, NUM_DS, USER_FN)
-
-
-@triton.jit
-def _store_taps(res, keep, ty, tx, g, tz, sid, out_ptr, ws_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
-                G, FY, FX, TAPS, ws_g, ws_z, ws_y, ws_x, FINAL: tl.constexpr,
-                OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
-    """Row blocks: the taps (tz, ty, tx) of ``res`` where ``keep``: the result with the fused epilogue, or
-    fp32 partials [chunk, taps, G] (the layout of the split reduce)."""
-    if FINAL:
-        offs = g * ws_g + tz * ws_z + ty * ws_y + tx * ws_x
-        res = apply_epilogue(res, offs, keep, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
-        tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=keep)
-    else:
-        tl.store(ws_ptr + (sid * TAPS + (tz * FY + ty) * FX + tx) * G + g, res, mask=keep)
 
 
 @dataclass(frozen=True)
@@ -468,6 +393,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     main = BoundKernel(_dwplane_kernel, (base, split),
                        BLOCK_M=block_m, J=j, FYP=_filter_rows_padded(fy), VEC=vec, PREFETCH=bool(cfg.prefetch),
                        ROWS=plan.rows, XRP=plan.xrp, WP=plan.wp, TP=triton.next_power_of_2(fy * fx),
+                       GATHER=gathers_taps(plan.rows, plan.xrp * plan.wp, j),
                        OPERANDS=dot_operands(args.dtype), FINAL=final, USE_INT64=use_int64,
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages), **epi)
     pada = geo.pad3[2] + (0 if plan.rows else off)
