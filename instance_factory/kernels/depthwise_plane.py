@@ -198,6 +198,7 @@ def _dwplane_kernel(
         for tx in range(FX):
             sel = (diag == dil_w * tx) & i_ok
             res = tl.sum(tl.sum(tl.where(sel[None, :, :], acc3, 0.0), axis=2), axis=1)  # [FYP]
+            # stored inline: through _store_taps this build compiles to other PTX than its rows were timed with
             if FINAL:
                 offs = g * ws_g + tz * ws_z + tyv * ws_y + tx * ws_x
                 res = apply_epilogue(res, offs, keep_y, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
@@ -262,6 +263,10 @@ class PlaneBlocks(NamedTuple):
         """Blocks per (n, od) plane."""
         return triton.cdiv(ho, self.rows) if self.rows else ho * triton.cdiv(wo, max(self.tw, 1))
 
+    def x_columns(self, fy: int, j: int) -> int:
+        """x elements a block loads, the rows of its [x, j] product: FYP slabs of j, or the row tile."""
+        return self.xrp * self.wp if self.rows else _filter_rows_padded(fy) * j
+
 
 def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int, wi: int = 0, wo: int = 0,
                ho: int = 1, stride_h: int = 0, fy: int = 1, dil_h: int = 1, max_x: int = 0) -> PlaneBlocks:
@@ -278,15 +283,16 @@ def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int,
         best = PlaneBlocks(0, tw, off, 1)
     if stride_h != 1 or wi <= 0 or wo <= 0 or tw == 0:
         return best
-    best_loads = best.blocks(ho, wo) * (_filter_rows_padded(fy) + 1) * j
+    best_loads = best.blocks(ho, wo) * (best.x_columns(fy, j) + j)
     for rows in range(1, min(j // wo, ho) + 1):
         xrp = triton.next_power_of_2(rows + dil_h * (fy - 1))
         wp = max(triton.next_power_of_2(wi), 16 // xrp)  # the product's rows: at least the dot's 16
         if xrp * wp > max_x:
             break
-        loads = triton.cdiv(ho, rows) * (xrp * wp + j)
+        plan = PlaneBlocks(rows, rows * wo, pad_w, vec, xrp, wp)
+        loads = plan.blocks(ho, wo) * (plan.x_columns(fy, j) + j)
         if loads < best_loads:
-            best, best_loads = PlaneBlocks(rows, rows * wo, pad_w, vec, xrp, wp), loads
+            best, best_loads = plan, loads
     return best
 
 
@@ -357,9 +363,9 @@ def model_work(p: ConvParams, j: int, num_warps: int = 4) -> tuple[int, int, int
     fz, fy, _ = (1, 1, *p.filter)[-3:]
     do, ho, wo = (1, 1, *p.output)[-3:]
     plan = _plan(p, j, vector_width((p.input[-1],), wo), num_warps)
-    rows_x = plan.xrp * plan.wp if plan.rows else _filter_rows_padded(fy) * j  # x columns of a block's product
+    x_cols = plan.x_columns(fy, j)
     blocks = p.G * fz * p.N * do * plan.blocks(ho, wo)
-    return blocks * (rows_x + j), blocks * rows_x * j, plan.vec
+    return blocks * (x_cols + j), blocks * x_cols * j, plan.vec
 
 
 def auto_split(blocks: int, base_programs: int, block_m: int, sms: int) -> int:
@@ -393,7 +399,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     main = BoundKernel(_dwplane_kernel, (base, split),
                        BLOCK_M=block_m, J=j, FYP=_filter_rows_padded(fy), VEC=vec, PREFETCH=bool(cfg.prefetch),
                        ROWS=plan.rows, XRP=plan.xrp, WP=plan.wp, TP=triton.next_power_of_2(fy * fx),
-                       GATHER=gathers_taps(plan.rows, plan.xrp * plan.wp, j),
+                       GATHER=gathers_taps(plan.rows, plan.x_columns(fy, j), j),
                        OPERANDS=dot_operands(args.dtype), FINAL=final, USE_INT64=use_int64,
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages), **epi)
     pada = geo.pad3[2] + (0 if plan.rows else off)
