@@ -126,6 +126,50 @@ def test_row_blocks(case):
     check(p, dtype="fp32_tf32", cfg=dict(j=32), op="bilinear", n_ds=1, alpha=0.5, beta=2.0, seed=99)
 
 
+def test_run_plan():
+    """Run blocks: one flat grad_out run per block where it loads fewer elements than a run per filter row."""
+    bp = dpd.BlockPlan
+    base = dpd.block_plan(32, 5, 1, 1, 2, 2, 14, 14)
+    assert base == bp(2, 14, 0, 2, 32)
+    # 14x14, 5x5, pad 2: 2 rows a block read grad_out rows ih-2 .. ih+3, 6 x 14 -> a run of 128 (not 8 x 32)
+    assert dpd.run_plan(base, 2, 5, 1, 2, 14, 14, 14, 14, 8, 256) == bp(2, 14, 0, 2, 32, 128, 2)
+    assert dpd.run_plan(base, 2, 5, 1, 2, 14, 14, 14, 14, 8, 64) == base  # the run does not fit the tile
+    # a block of the whole 7x7 plane runs over the 7 grad_out rows only (lead 0): 49 -> 64
+    base7 = dpd.block_plan(64, 5, 1, 1, 2, 1, 7, 7)
+    assert dpd.run_plan(base7, 1, 5, 1, 2, 7, 7, 7, 7, 8, 256) == bp(7, 7, 0, 1, 64, 64, 0)
+    # dilation 2 along H: 4 rows read 4 + 2*2 grad_out rows from ih - (4 - pad); at 2 rows the run ties
+    base64 = dpd.block_plan(64, 3, 1, 1, 1, 2, 14, 14)
+    assert dpd.run_plan(base64, 2, 3, 2, 1, 14, 12, 14, 14, 4, 256) == bp(4, 14, 0, 2, 64, 128, 3)
+    assert dpd.run_plan(base, 2, 3, 2, 1, 14, 12, 14, 14, 4, 256) == base
+    # 56-wide rows: a run of 3 rows is no smaller than 4 filter-row runs of 64 columns
+    base56 = dpd.block_plan(64, 3, 1, 1, 1, 8, 56, 56)
+    assert dpd.run_plan(base56, 8, 3, 1, 1, 56, 56, 56, 56, 4, 256) == base56
+    assert dpd.max_run(64, 32, 4) == 256 and dpd.max_run(32, 64, 4) == 256 and dpd.max_run(16, 16, 4) == 1024
+
+
+@pytest.mark.parametrize("case", ["7x7-5x5-whole", "14-5x5", "dil2", "3d-fz1-sd2", "pad-past", "asym", "s2w",
+                                  "odd", "1row"])
+def test_run_blocks(case):
+    """Run blocks: the plan takes them, and the result matches the reference (both planar families, tf32 with a
+    fused bilinear)."""
+    p, j = {"7x7-5x5-whole": (P(2, 3, 2, 1, 1, (5, 5), (7, 7), (1, 1), (1, 1), (2, 2), (2, 2)), 64),
+            "14-5x5": (P(2, 3, 2, 1, 1, (5, 5), (9, 14), (1, 1), (1, 1), (2, 2), (2, 2)), 32),
+            "dil2": (P(2, 3, 2, 1, 1, (3, 3), (9, 10), (1, 1), (2, 2), (2, 2), (2, 2)), 64),
+            "3d-fz1-sd2": (P(3, 3, 1, 1, 1, (1, 3, 3), (5, 6, 6), (2, 1, 1), (1, 1, 1), (0, 1, 1), (0, 1, 1)), 16),
+            "pad-past": (P(2, 2, 2, 1, 1, (3, 3), (5, 5), (1, 1), (1, 1), (3, 3), (2, 2)), 32),
+            "asym": (P(2, 2, 1, 1, 1, (3, 3), (9, 7), (1, 1), (1, 1), (1, 0), (0, 2)), 16),
+            "s2w": (P(2, 3, 2, 1, 1, (3, 3), (9, 14), (1, 2), (1, 1), (1, 1), (1, 0)), 32),
+            "odd": (P(2, 3, 2, 1, 1, (3, 3), (11, 13), (1, 1), (1, 1), (1, 1), (1, 1)), 32),
+            "1row": (P(2, 2, 1, 1, 1, (3, 3), (4, 20), (1, 1), (1, 1), (1, 1), (1, 1)), 32)}[case]
+    geo = ConvGeometry.build(p, layout_for("ngchw", p.ndim))
+    plan = dpd._plan(p, j, dpl.plane_vector(geo), dpd.max_run(CFG["block_m"], j, CFG["num_warps"]))
+    assert plan.run > 0, plan
+    for fam in ("ngchw", "gnhwc"):
+        check(p, layout_family=fam, cfg=dict(j=j), seed=101)
+    check(p, dtype="fp32_tf32", cfg=dict(j=j), op="bilinear", n_ds=1, alpha=0.5, beta=2.0, seed=102)
+    check(p, dtype="fp16", cfg=dict(j=j, prefetch=0), seed=103)
+
+
 def test_plane_vector_and_aligned_blocks():
     """56-wide planes take 8-element vectors; the aligned path matches the reference (stride 2,
     asymmetric padding, widths whose vector is 4 and 2)."""
@@ -148,9 +192,12 @@ def test_declines_and_configs():
     assert ALG.decline(cfg, dw, layout_for("gnhwc", 2), dt, fused) is None
     k31 = P(1, 4, 1, 1, 1, (31,), (64,), (1,), (1,), (15,), (15,))
     assert "no grad_in column" in ALG.decline(cfg, k31, layout_for("ngchw", 1), dt, fused)
-    big = P(2, 4, 1, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    big = P(2, 4, 1, 1, 1, (7, 7), (9, 40), (1, 1), (1, 1), (3, 3), (3, 3))
     assert "per thread" in ALG.decline(cfg.replace(block_m=128, j=64, num_warps=4), big, lt, dt, fused)
     assert ALG.decline(cfg.replace(block_m=64, j=32, num_warps=4), big, lt, dt, fused) is None
+    # a 9x9 plane's run of 128 fits the same tile: 7 filter rows x 64 would not
+    small = P(2, 4, 1, 1, 1, (7, 7), (9, 9), (1, 1), (1, 1), (3, 3), (3, 3))
+    assert ALG.decline(cfg.replace(block_m=128, j=64, num_warps=4), small, lt, dt, fused) is None
     assert ALG.check_config(dict(CFG, j=8)) == "block_m=16 and j=8 must be at least 16 (the dot's smallest tile)"
     assert ALG.check_config(dict(CFG, num_stages=5)) == "num_stages=5 must be 1 to 4"
     assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"
@@ -163,6 +210,6 @@ def test_model_work():
     plan = dpd.block_plan(32, 7, 1, 1, 3, 8, 56, 56)
     blocks = 96 * 64 * 56 * -(-56 // plan.tw)
     assert dpd.model_work(p, 32) == (blocks * 9 * 32, blocks * 8 * 32 * 32, plan.vec)
-    # 7x7 planes in blocks of 4 rows: 2 blocks a plane
+    # 7x7 planes in run blocks of 4 rows: 2 blocks a plane, each a run of 8 grad_out rows (56 -> 64)
     seven = P(2, 960, 64, 1, 1, (5, 5), (7, 7), (1, 1), (1, 1), (2, 2), (2, 2))
-    assert dpd.model_work(seven, 32) == (960 * 64 * 2 * (8 * 32 + 32), 960 * 64 * 2 * 8 * 32 * 32, 1)
+    assert dpd.model_work(seven, 32) == (960 * 64 * 2 * (64 + 32), 960 * 64 * 2 * 64 * 32, 1)

@@ -82,3 +82,24 @@ def test_dwplane_row_blocks_and_bdwin_group_major_stay_stale():
     out, changed, kept = tool._rekey_jsonl("\n".join(json.dumps(x) for x in lines) + "\n", {name: ("old", "new")},
                                            tool._any_of("dwplane_wgrad_columns"))
     assert [json.loads(x)["kernel_hash"] for x in out.splitlines()] == ["old", "new"] and (changed, kept) == (1, 1)
+
+
+def test_dwplane_data_run_blocks_stay_stale():
+    """Session 40: a dwplane dgrad row or evidence line whose launch now reads run blocks (a 14x14 plane at j=32)
+    stays stale, one on column blocks (56x56) is re-keyed, and relayout's rows are re-keyed."""
+    cfg = {"block_m": 64, "j": 32, "prefetch": 0, "num_warps": 4, "num_stages": 1}
+    name = "conv_bwd_data-dwplane-GNHWC_GKYXC_GNHWK-bf16-passthrough-m64_j32_pf0_w4_s1"
+    small = ["2", "672", "8", "1", "1", "5x5", "14x14", "1x1", "1x1", "2x2", "2x2"]
+    large = ["2", "96", "8", "1", "1", "7x7", "56x56", "1x1", "1x1", "3x3", "3x3"]
+    rows = [[name, "old", "conv_bwd_data", "dwplane", json.dumps(cfg), "GNHWC/GKYXC/GNHWK", "132", *shape]
+            for shape in (small, large)]
+    rows += [["relayout", "old", "conv_bwd_data", "relayout", "{}", "GNHWC/GKYXC/GNHWK", "132", *small]]
+    rows = [[f"{r[0]}#{i}", *r[1:]] for i, r in enumerate(rows)]
+    mapping = {r[0]: ("old", "new") for r in rows}
+    text, changed, _ = tool._rekey_csv(_text(rows), mapping, tool._any_of("dwplane_data_no_run"))
+    assert [r[1] for r in list(csv.reader(io.StringIO(text)))[1:]] == ["old", "new", "new"] and changed == 2
+    lines = [{"op": "conv_bwd_data", "problem": f"2d-g{g}-n8-k1-c1-f{f}x{f}-i{w}x{w}-s1x1-d1x1-l{f // 2}x{f // 2}-r{f // 2}x{f // 2}",
+              "layout": "GNHWC/GKYXC/GNHWK", "instance": name, "kernel_hash": "old"} for g, f, w in ((672, 5, 14), (96, 7, 56))]
+    out, changed, kept = tool._rekey_jsonl("\n".join(json.dumps(x) for x in lines) + "\n", {name: ("old", "new")},
+                                           tool._any_of("dwplane_data_no_run"))
+    assert [json.loads(x)["kernel_hash"] for x in out.splitlines()] == ["old", "new"] and (changed, kept) == (1, 1)

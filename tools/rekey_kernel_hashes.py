@@ -102,8 +102,38 @@ OTHER_CHECKS = {
     # session 39's review moved the row blocks' tap read-off to depthwise_plane_rows and passed its gather choice
     # from the host: every dwplane wgrad build compiles to the same PTX (diffed per block mode)
     "dwplane_wgrad_same_code": lambda row: row["op"] == "conv_bwd_weight" and row["algorithm"] == "dwplane",
+    # session 40: dwplane dgrad reads small planes in run blocks (RUN > 0, one grad_out run for every filter row);
+    # its builds without them compile to the PTX of before (diffed); relayout runs channels-last twins
+    "dwplane_data_no_run": lambda row: (row["algorithm"] == "relayout"
+                                        or (row["op"] == "conv_bwd_data" and row["algorithm"] == "dwplane"
+                                            and _dwplane_data_run(row) == 0)),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
+
+
+def _dwplane_data_run(row: dict[str, str]) -> int:
+    """The run a dwplane dgrad row's launch reads today (0: none), from a database row or an evidence line (its
+    problem and instance name); -1 where neither says."""
+    import re
+
+    from instance_factory.geometry import ConvGeometry
+    from instance_factory.kernels import depthwise_plane as dpl
+    from instance_factory.kernels import depthwise_plane_data as dpd
+    from instance_factory.layouts import parse_layout
+    from instance_factory.problem import ConvParams
+    from instance_factory.tuning.schema import params_from_row
+
+    if "instance_params" in row:
+        p = params_from_row(row)
+        cfg = json.loads(row["instance_params"])
+        block_m, j, warps = cfg["block_m"], cfg["j"], cfg["num_warps"]
+    elif "problem" in row and (m := re.search(r"-m(\d+)_j(\d+)_pf\d_w(\d+)_", row.get("instance", ""))):
+        p = ConvParams.from_key(row["problem"])
+        block_m, j, warps = (int(v) for v in m.groups())
+    else:
+        return -1
+    vec = dpl.plane_vector(ConvGeometry.build(p, parse_layout(row["layout"], p.ndim)))
+    return dpd._plan(p, j, vec, dpd.max_run(block_m, j, warps)).run
 
 
 def _dwplane_wgrad_rows(row: dict[str, str]) -> int:

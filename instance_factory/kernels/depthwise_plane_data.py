@@ -28,6 +28,13 @@ row (:func:`block_plan` picks the cut with the fewest blocks). The blocks' index
 grad_out row of each filter row, the vectors to store) is one table built per bind
 (:func:`block_table`): its divisions were most of the loop's instructions.
 
+Row blocks still load a run of J per filter row, so each grad_out row is loaded once per filter row it
+meets. Run blocks (session 40, :func:`run_plan`) load one flat run per block instead, from the first
+grad_out row any filter row of the block reaches to the last, and T [RUN, JO] maps every run element to
+the grad_in elements it reaches (its filter row from the two rows' distance): 2-7x fewer loaded elements
+on 7x7 and 14x14 planes, and a smaller product. Taken where they load fewer elements (one filter row
+along D, stride 1 along H).
+
 Grid = (G, chunks of blocks), g fastest. No reduction: each dot's tile is stored with the fused
 epilogue. Measurements and what did not help: docs/BENCHMARKS.md, session 38.
 """
@@ -50,6 +57,7 @@ from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import MAX_GRID_YZ, DirectStyleConfig, dot_operands, dot_tn, occupancy_split, require_contiguous
 from .depthwise_plane import planar_depthwise_reason, plane_tile_reason, plane_vector
+from .depthwise_plane_runs import _run_tiles, _run_toeplitz
 from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
@@ -63,6 +71,7 @@ _PROGRAMS_PER_SM = 8
 # loads of narrower vectors cost more: the cost model's PLANE_FULL_VECTOR (wgrad, session 37); kernels do not
 # import the tuning layer (tests/test_architecture)
 FULL_VECTOR = 4
+_MODEL_BLOCK_M = 64  # the cost model prices a j with the block_m most often best (session 38)
 
 
 @triton.jit
@@ -107,9 +116,11 @@ def _dwplane_dgrad_kernel(
     BLOCK_M: tl.constexpr, J: tl.constexpr, JO: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr,
     VEC: tl.constexpr, PREFETCH: tl.constexpr, OPERANDS: tl.constexpr, USE_INT64: tl.constexpr,
     OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr,
+    RUN: tl.constexpr, RUN_D: tl.constexpr, DIL_H: tl.constexpr,  # run blocks (RUN > 0): BlockPlan, _toeplitz
 ):
     """tab[m] (block_table): grad_in offset, stored vectors, first grad_out column (/ VEC), then per
-    filter row the grad_out row offset and the grad_out row (below 0: none). The blocks' index math
+    filter row the grad_out row offset and the grad_out row (below 0: none; run blocks: one run, its
+    offset and its first vector in the plane). The blocks' index math
     is the host's, once per problem: here a block costs a few table loads (the divisions it replaces
     were most of the loop's instructions)."""
     g = tl.program_id(0)
@@ -119,8 +130,11 @@ def _dwplane_dgrad_kernel(
         sid = sid.to(tl.int64)
     m_start = sid * chunk
     m_end = tl.minimum(m_start + chunk, M)
-    t = _toeplitz(w_ptr, g, CB_V * VEC, Wi, Wo, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x,
-                  J, JO, RP, ROWS)
+    if RUN > 0:
+        t = _run_toeplitz(w_ptr, g, Wi, Wo, FY, FX, s_w, dil_w, pad_w, ws_g, ws_y, ws_x, JO, RUN, RUN_D, DIL_H)
+    else:
+        t = _toeplitz(w_ptr, g, CB_V * VEC, Wi, Wo, FY, FX, R, s_w, dil_w, pad_w, ws_g, ws_z, ws_y, ws_x,
+                      J, JO, RP, ROWS)
     dy_g = dy_ptr + g * ys_g * VEC
     x_g = g * xs_g * VEC
 
@@ -135,18 +149,18 @@ def _dwplane_dgrad_kernel(
     i = tl.arange(0, JO)
     iv = i // VEC
     if PREFETCH:  # the next blocks' loads are in flight during this dot and its stores
-        a, x_off, lim = _block_tiles(dy_g, tab_ptr, m_start, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
-                                     BLOCK_M, J, RP, ROWS, VEC)
+        a, x_off, lim = _tiles(dy_g, tab_ptr, m_start, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+                               BLOCK_M, J, RP, ROWS, VEC, RUN)
         for m0 in range(m_start, m_end, BLOCK_M):
-            a_n, x_off_n, lim_n = _block_tiles(dy_g, tab_ptr, m0 + BLOCK_M, m_end, rows, rr, j, jv, j_row, HO_ROWS,
-                                               WO_V, BLOCK_M, J, RP, ROWS, VEC)
+            a_n, x_off_n, lim_n = _tiles(dy_g, tab_ptr, m0 + BLOCK_M, m_end, rows, rr, j, jv, j_row, HO_ROWS,
+                                         WO_V, BLOCK_M, J, RP, ROWS, VEC, RUN)
             _block_dot(a, x_off, lim, t, out_ptr, x_g, i, iv, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                        BLOCK_M, JO, VEC, OPERANDS, OP, NUM_DS, USER_FN)
             a, x_off, lim = a_n, x_off_n, lim_n
     else:
         for m0 in range(m_start, m_end, BLOCK_M):
-            a, x_off, lim = _block_tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
-                                         BLOCK_M, J, RP, ROWS, VEC)
+            a, x_off, lim = _tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+                                   BLOCK_M, J, RP, ROWS, VEC, RUN)
             _block_dot(a, x_off, lim, t, out_ptr, x_g, i, iv, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                        BLOCK_M, JO, VEC, OPERANDS, OP, NUM_DS, USER_FN)
 
@@ -174,6 +188,19 @@ def _block_tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V
 
 
 @triton.jit
+def _tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+           BLOCK_M: tl.constexpr, J: tl.constexpr, RP: tl.constexpr, ROWS: tl.constexpr, VEC: tl.constexpr,
+           RUN: tl.constexpr):
+    """The blocks' grad_out tile, grad_in offsets and stored vectors: run blocks, or a run per filter row."""
+    if RUN > 0:
+        a, x_off, lim = _run_tiles(dy_g, tab_ptr, m0, m_end, rows, HO_ROWS, WO_V, RP, VEC, RUN)
+    else:
+        a, x_off, lim = _block_tiles(dy_g, tab_ptr, m0, m_end, rows, rr, j, jv, j_row, HO_ROWS, WO_V,
+                                     BLOCK_M, J, RP, ROWS, VEC)
+    return a, x_off, lim
+
+
+@triton.jit
 def _block_dot(a, x_off, lim, t, out_ptr, x_g, i, iv, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta,
                BLOCK_M: tl.constexpr, JO: tl.constexpr, VEC: tl.constexpr, OPERANDS: tl.constexpr,
                OP: tl.constexpr, NUM_DS: tl.constexpr, USER_FN: tl.constexpr):
@@ -191,7 +218,8 @@ def block_table(geo: ConvGeometry, plan: BlockPlan, rp: int, vec: int, device: t
     group), grad_in vectors to store, first grad_out column (/ VEC); per filter row r = (tz, ty): the
     grad_out row offset (/ VEC, without the group: n, od, oh, first column) and the grad_out row oh
     (-2^30 where r reads no row: not integral, out of range, or past the filter). Row blocks (s_h = 1)
-    keep oh as it is, in range or not: the kernel tests each element's row of the flat run."""
+    keep oh as it is, in range or not: the kernel tests each element's row of the flat run. Run blocks
+    (``plan.run``, rp 1): the run's offset and its first vector in the plane (-2^30: depth not reached)."""
     (Di, Hi, Wi), (Do, Ho, _) = geo.in3, geo.out3
     fz, fy, _ = geo.filt3
     s_d, s_h, _ = geo.stride3
@@ -212,6 +240,15 @@ def block_table(geo: ConvGeometry, plan: BlockPlan, rp: int, vec: int, device: t
         lim = (Hi - ih).clamp(max=plan.rows) * wi_v
     else:
         lim = (wi_v - xb * tw_v).clamp(max=tw_v)
+    if plan.run:  # one run from row ih - lead (one filter row along D: tz 0); its first vector in the plane
+        od_num = i_d + pad_d
+        od = od_num.div(s_d, rounding_mode="floor")
+        ok = (od_num >= 0) & (od * s_d == od_num) & (od < Do)
+        oh0 = ih - plan.lead
+        y_off = torch.where(ok, n * ys[1] + od * ys[3] + oh0 * ys[4], 0)
+        first = torch.where(ok, oh0 * (geo.out3[2] // vec), -(1 << 30))
+        cols = [x_off, lim, torch.zeros_like(x_off), y_off, first]
+        return torch.stack(cols, dim=1).to(dtype).contiguous()
     r = torch.arange(rp, device=device, dtype=torch.int64)
     tz, ty = r // fy, r % fy
     od_num = i_d[:, None] + pad_d - tz[None, :] * dil_d  # [M, rp]
@@ -250,17 +287,27 @@ class DwPlaneDataConfig(DirectStyleConfig):
 class BlockPlan(NamedTuple):
     """How grad_in planes are cut into blocks: ``rows`` whole rows per block (row blocks, s_h = 1; 1:
     column blocks of ``tw`` columns of one row), the first grad_out column ``cb`` a block reads (relative
-    to its first column), the vector width, and the dot's result columns ``jo``."""
+    to its first column), the vector width, and the dot's result columns ``jo``. ``run`` > 0: one flat
+    run of ``run`` grad_out elements per block (a power of two), from ``lead`` rows above the block's first
+    grad_in row, serves every filter row (run blocks); 0: a run of j per filter row."""
 
     rows: int
     tw: int
     cb: int
     vec: int
     jo: int
+    run: int = 0
+    lead: int = 0
 
     def blocks(self, hi: int, wi: int) -> int:
         """Blocks per (n, id) plane."""
-        return triton.cdiv(hi, self.rows) if self.rows > 1 else hi * triton.cdiv(wi, self.tw)
+        return triton.cdiv(hi, self.rows) if self.rows > 1 or self.run else hi * triton.cdiv(wi, self.tw)
+
+    def loads(self, hi: int, wi: int, rp: int) -> float:
+        """grad_out elements a plane's blocks load (and grad_in elements they store), narrow vectors
+        counted as FULL_VECTOR / vec elements: the kernel is bound by issuing loads."""
+        per_block = (self.run or rp * self.jo) + self.jo  # j grad_out columns per filter row; j = jo
+        return self.blocks(hi, wi) * per_block * max(1.0, FULL_VECTOR / self.vec)
 
 
 def result_columns(j: int, stride_w: int) -> int:
@@ -299,15 +346,49 @@ def block_plan(j: int, fx: int, stride_w: int, dil_w: int, pad_w: int, vec: int,
     return best
 
 
+def run_plan(base: BlockPlan, vec: int, fy: int, dil_h: int, pad_h: int, hi: int, ho: int, wi: int, wo: int,
+             rp: int, max_run: int) -> BlockPlan:
+    """Run blocks (stride 1 along H, one filter row along D) where they load fewer elements than ``base``:
+    ``rows`` whole grad_in rows (as many as jo columns hold) read one flat run of grad_out from the first
+    row a filter row reaches to the last, each grad_out row once for every filter row (row blocks load a run
+    of j per filter row). A block of the whole plane runs over the grad_out rows that exist only. The run
+    (a power of two, at least the dot's 16) is at most ``max_run``."""
+    best, best_loads = base, base.loads(hi, wi, rp) if base.tw else 0.0
+    span = dil_h * (fy - 1)
+    for rows in range(1, min(base.jo // wi, hi) + 1) if base.tw else ():
+        if rows >= hi:
+            first, last = max(pad_h - span, 0), min(hi - 1 + pad_h, ho - 1)
+            lead, run_rows = -first, last - first + 1
+        else:
+            lead, run_rows = span - pad_h, rows + span
+        run = max(16, triton.next_power_of_2(run_rows * wo))
+        plan = BlockPlan(rows, wi, 0, vec, base.jo, run, lead)
+        if run <= max_run and plan.loads(hi, wi, rp) < best_loads:
+            best, best_loads = plan, plan.loads(hi, wi, rp)
+    return best
+
+
+def max_run(block_m: int, j: int, num_warps: int) -> int:
+    """The longest run whose [block_m, run] tile and [run, j] banded matrix keep their per-thread limit."""
+    threads = 32 * num_warps
+    return _MAX_OPERAND_PER_THREAD * threads // max(block_m, result_columns(j, 1))
+
+
 def _filter_rows_padded(p: ConvParams) -> int:
     fz, fy = (1, 1, *p.filter)[-3:-1]
     return triton.next_power_of_2(fz * fy)
 
 
-def _plan(p: ConvParams, j: int, vec: int) -> BlockPlan:
+def _plan(p: ConvParams, j: int, vec: int, max_k: int = 0) -> BlockPlan:
+    """The plan of a launch on ``vec``-element vectors; run blocks up to ``max_k`` elements (0: none)."""
     wi, wo = p.input[-1], p.output[-1]
     sh = p.stride[-2] if p.ndim >= 2 else 1
-    return block_plan(j, p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1], vec, wi, wo, sh)
+    base = block_plan(j, p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1], vec, wi, wo, sh)
+    fz = p.filter[-3] if p.ndim == 3 else 1
+    if p.ndim < 2 or sh != 1 or fz != 1 or max_k < 16:
+        return base
+    return run_plan(base, vec, p.filter[-2], p.dilation[-2], p.left_pad[-2], p.input[-2], p.output[-2], wi, wo,
+                    _filter_rows_padded(p), max_k)
 
 
 def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
@@ -315,10 +396,10 @@ def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
     one call with j-column blocks, for the cost model (tuning/roofline.py). The layout is not known
     there: the vector width is taken from the plane widths alone (planar strides are multiples of them)."""
     di, hi, wi = (1, 1, *p.input)[-3:]
-    plan = _plan(p, j, vector_width((p.input[-1],), p.output[-1]))
-    rp = _filter_rows_padded(p)
+    plan = _plan(p, j, vector_width((p.input[-1],), p.output[-1]), max_run(_MODEL_BLOCK_M, j, 4))
+    k = plan.run or _filter_rows_padded(p) * j  # the dot's K: a run, or j columns per filter row
     blocks = p.G * p.N * di * plan.blocks(hi, wi)
-    return blocks * (rp * j + plan.jo), blocks * rp * j * plan.jo, plan.vec
+    return blocks * (k + plan.jo), blocks * k * plan.jo, plan.vec
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -331,8 +412,8 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     fz, fy, fx = geo.filt3
     Di, Hi, Wi = geo.in3
     Do, Ho, Wo = geo.out3
-    plan = block_plan(j, fx, geo.stride3[2], geo.dil3[2], geo.pad3[2], plane_vector(geo), Wi, Wo, geo.stride3[1])
-    vec, rp = plan.vec, _filter_rows_padded(p)
+    plan = _plan(p, j, plane_vector(geo), max_run(block_m, j, int(cfg.num_warps)))
+    vec, rp = plan.vec, 1 if plan.run else _filter_rows_padded(p)
     blocks = geo.N * Di * plan.blocks(Hi, Wi)
     chunks = occupancy_split(geo.G, sm_count(args.out.device), _PROGRAMS_PER_SM, triton.cdiv(blocks, block_m))
     chunk = triton.cdiv(blocks, min(chunks, MAX_GRID_YZ))
@@ -346,6 +427,8 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
                        BLOCK_M=block_m, J=j, JO=plan.jo, RP=rp, ROWS=plan.rows, VEC=vec, PREFETCH=bool(cfg.prefetch),
                        OPERANDS=dot_operands(args.dtype), USE_INT64=use_int64,
                        OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn),
+                       RUN=plan.run, RUN_D=geo.pad3[1] + plan.lead if plan.run else 0,
+                       DIL_H=geo.dil3[1] if plan.run else 1,
                        num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages))
     ws = geo.w_strides
     sizes = (blocks, chunk, plan.cb // vec, Wi, Wo, Ho, Wo // vec, fy, fx, fz * fy,
@@ -363,7 +446,7 @@ def decline(cfg: DwPlaneDataConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     reason = planar_depthwise_reason(p, layout, dtype, DTYPES, "direct and dwtaps")
     if reason:
         return reason
-    plan = _plan(p, cfg.j, 1)
+    plan = _plan(p, cfg.j, plane_vector(ConvGeometry.build(p, layout)), max_run(cfg.block_m, cfg.j, cfg.num_warps))
     if plan.tw < 1:
         fx, sw, dw, pw = p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1]
         return (f"j={cfg.j} grad_out columns hold no grad_in column of a {fx}-tap row at stride {sw}, "
@@ -371,7 +454,7 @@ def decline(cfg: DwPlaneDataConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     rp = _filter_rows_padded(p)
     threads = 32 * cfg.num_warps
     per_thread = cfg.block_m * rp * cfg.j / threads
-    if per_thread > _MAX_OPERAND_PER_THREAD:
+    if not plan.run and per_thread > _MAX_OPERAND_PER_THREAD:  # a run was sized to it (max_run)
         return (f"block_m={cfg.block_m} x {rp} filter rows x j={cfg.j} grad_out elements per dot is "
                 f"{per_thread:g} per thread with num_warps={cfg.num_warps} (more than {_MAX_OPERAND_PER_THREAD})")
     acc = cfg.block_m * plan.jo / threads
