@@ -60,7 +60,7 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .roofline import gemm_shape, model_ms, relayout_copy_bytes, tf32_split
+from .roofline import block_mode, gemm_shape, model_ms, relayout_copy_bytes, tf32_split
 from .schema import problem_key
 
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
@@ -132,10 +132,16 @@ def _kind_penalty(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layou
     return d + (FUSED_PENALTY if fused != q_fused else 0.0)
 
 
-def kernel_variant(op: str, dtype: str, algorithm: str) -> str:
+def kernel_variant(op: str, dtype: str, algorithm: str, params: Any = None,
+                   cfg: Mapping[str, Any] | str | None = None) -> str:
     """The algorithm as the corrections key it: a family whose fp32 dots run as three bf16 products
-    (``tf32_split``) is another kernel in fp32 than in 16-bit data."""
-    return algorithm + "+split" if tf32_split(op, dtype, algorithm) else algorithm
+    (``tf32_split``) is another kernel in fp32 than in 16-bit data; with ``params`` and ``cfg``, dwplane
+    wgrad's row blocks are another kernel than its column blocks (``roofline.block_mode``)."""
+    variant = algorithm + "+split" if tf32_split(op, dtype, algorithm) else algorithm
+    if params is not None and cfg is not None and algorithm == "dwplane" and op == "conv_bwd_weight":
+        mode = block_mode(op, params, algorithm, json.loads(cfg) if isinstance(cfg, str) else cfg)
+        variant += "+" + mode if mode else ""
+    return variant
 
 
 def signature(algorithm: str, cfg: Mapping[str, Any] | str) -> str:
@@ -294,7 +300,8 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         fam = _layout_family(layout, params.G)
         for r in group:
             alg = r["algorithm"]
-            sig = fam + "|" + signature(kernel_variant(op, dtype, alg), r["instance_params"])
+            sig = fam + "|" + signature(kernel_variant(op, dtype, alg, params, r["instance_params"]),
+                                        r["instance_params"])
             timed = r["status"] in ("ok", "pruned") and kernel_ms(r) is not None
             ms = kernel_ms(r) if timed else FAILED_FACTOR * t.best_ms
             if timed and r["status"] == "ok":
@@ -330,7 +337,7 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 
 @functools.lru_cache(maxsize=1 << 18)  # each rebuild of the evidence (a tier file changed) asks again
 def _roofline_ms(op: str, params: Any, dtype: str, algorithm: str, sig: str, sms: int) -> float:
-    return model_ms(op, params, dtype, algorithm, _cfg_of(sig), sms)
+    return model_ms(op, params, dtype, algorithm, _cfg_of(sig), sms, group_major=sig.startswith("gm|"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -391,9 +398,8 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
         w = _neighbor_weight(d)
-        t_fam = _layout_family(t.layout, t.params.G)
-        for sig, c in t.corrections.items():
-            alg_corr.setdefault(t_fam + "|" + kernel_variant(t.op, t.dtype, t.algorithms[sig]), []).append((w, c))
+        for sig, c in t.corrections.items():  # by the signature's head: layout family | kernel_variant
+            alg_corr.setdefault(sig.split(":", 1)[0], []).append((w, c))
             all_corr.append((w, c))
 
     fam = _layout_family(layout, params.G)
@@ -404,9 +410,9 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         if alg == "relayout" and through_twin is not None:
             preds.append(Prediction(name, alg, through_twin[0], through_twin[0], through_twin[1]))
             continue
-        variant = kernel_variant(op, dtype, alg)
+        variant = kernel_variant(op, dtype, alg, params, cfg)
         sig = fam + "|" + signature(variant, cfg)
-        m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg))
+        m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg), group_major=fam == "gm")
         seen = [(d, t) for d, t in near if sig in t.corrections and d <= MAX_EVIDENCE_DISTANCE][:NEIGHBORS_PER_KERNEL]
         if seen:
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]

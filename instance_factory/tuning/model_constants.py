@@ -47,6 +47,13 @@ HOST_COST_MS: dict[tuple[str, str], float] = {}
 # 0.927 -> 0.928. Listing direct (one launch) and dwtaps / dwroll (table + kernel) too lowered depthwise
 # dgrad (H100 0.938 -> 0.931-0.932, a 0.26 case) and moved Conformer's held-out 1D depthwise default off
 # its measured tuned best.
+# dwplane wgrad since session 40 (one launch where its blocks fit one chunk, else kernel + split reduce; its
+# fewest is one): its measured floor (0.023 ms, H100) is its smallest evidence layers (G960 5x5 7x7, real
+# work), above the roofline of the 14x14 / 7x7 planes it now wins (0.010-0.014 ms), so the floor blend doubled
+# their model before the neighbours' corrections (taken where the model was above the floor) multiplied it
+# again: G480 3x3 14x14 predicted 0.059 ms, measured 0.024. `db evaluate --hide layer`-style leave-one-out,
+# H100 file: 0.9194 -> 0.9232 (below 0.5x 28 -> 25); channels-first depthwise wgrad 0.808 -> 0.842,
+# group-major 0.608 -> 0.763 (listed as two launches: 0.9208, 0.828, 0.644).
 # The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
 # session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
 # Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
@@ -63,7 +70,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
             ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3,
             ("conv_bwd_data", "blockdiag"): 1, ("conv_bwd_data", "bdtap"): 1,
-            ("conv_bwd_data", "bdroll"): 1}
+            ("conv_bwd_data", "bdroll"): 1, ("conv_bwd_weight", "dwplane"): 1}
 EXTRA_LAUNCH = 0.6
 
 # A family's floor (its fastest measured call) and the work of the call blend as (work^q + floor^q)^(1/q)

@@ -62,7 +62,8 @@ def bdrow_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     return padded, _fill(base * split, sms), split
 
 
-def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
+def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int,
+               group_major: bool = False) -> tuple[float, float, int, float]:
     """(padded FLOPs, wave fill, split, pipe seconds) of bdwin wgrad: per output row and filter row, a
     tile of the program's column taps (stacked to a power of two) x GPT groups' C channels times GPT
     groups' K, block_w positions deep, over the programs of its grid (groups x depth taps x column-tap
@@ -72,7 +73,10 @@ def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     shared memory for each MMA that reads it (stored, then read), and the input loads cost one L1
     wavefront per channel run shorter than a 128-byte line. Pipe seconds: those bytes per row over the
     SMs' shared-memory/L1 bandwidth, scaled by how many of ~4 resident programs per SM the grid fills
-    (a small grid leaves each program's chain of rows exposed)."""
+    (a small grid leaves each program's chain of rows exposed). ``group_major`` (GN..C tensors): each group's
+    channels are a run of their own, the next group's a plane away, so a run is C channels, not the tile's GPT
+    groups' (session 40, H100 group-major rows: block_n 64 ran 2-3x block_n 16 on G32 / G64 C8 56x56 and the
+    1D G64 C8 layer, where the model, reading GPT x C runs, put them level)."""
     bw = int(cfg["block_w"])
     plan = window_plan(params, bw, int(cfg["block_n"]), int(cfg.get("taps_x", 0)))
     split = int(cfg.get("split", 0) or 0) or unit_split(plan.units, plan.base, sms)
@@ -81,7 +85,7 @@ def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -
     padded = 2.0 * rows * plan.rows * plan.txp * plan.bn * plan.bk * bw
     window = plan.rows * plan.txp * plan.bn * bw * elem_bytes * 2  # stored to shared memory, read by the MMA
     grad_out = (plan.rows + 1) * bw * plan.bk * elem_bytes
-    run = max(1, plan.gpt * params.C * elem_bytes)  # contiguous bytes of one position's channels
+    run = max(1, (1 if group_major else plan.gpt) * params.C * elem_bytes)  # contiguous bytes of a position's channels
     loads = plan.txb * plan.bn * bw * elem_bytes * max(1.0, _LINE / run)
     programs = plan.base * split
     slots = _RESIDENT * sms

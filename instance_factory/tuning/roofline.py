@@ -15,12 +15,16 @@ from typing import Any
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
 from ..kernels.bwd_weight_tma import TMA_WGRAD_FAMILIES
+from ..kernels.depthwise_plane import auto_split as plane_auto_split
 from ..kernels.depthwise_plane import model_work as plane_work
+from ..kernels.depthwise_plane import problem_plan as plane_plan
 from ..kernels.depthwise_plane_data import model_work as plane_data_work
+from ..kernels.depthwise_stream import vector_width
 from .box_rounding import boxed_reduction
 from .model_constants import (
     CUDA_CORE_FLOPS,
     DEFAULT_SMS,
+    EXTRA_LAUNCH,
     FLOOR_BLEND_POWER,
     L2_BW,
     MAX_SPLIT,
@@ -35,7 +39,8 @@ from .model_constants import (
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
-__all__ = ["dgrad_channel_padding", "gemm_shape", "model_ms", "relayout_copy_bytes", "tf32_split", "with_floor"]
+__all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "plane_chunks", "relayout_copy_bytes",
+           "tf32_split", "with_floor"]
 
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
@@ -92,7 +97,7 @@ def relayout_copy_bytes(params: Any, layout: str, dtype: str) -> int:
 
 
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
-             sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0) -> float:
+             sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False) -> float:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
     the waves the tiles fill, the fewest bytes over memory bandwidth), blended with the algorithm's
     host floor (:func:`with_floor`)."""
@@ -104,6 +109,8 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
     elif algorithm == "dwplane":
         compute_s = _plane_s(params, dtype, cfg, plane_work if op == "conv_bwd_weight" else plane_data_work)
+        if op == "conv_bwd_weight" and plane_chunks(params, cfg, sms) > 1:  # + the split reduce's launch
+            host_floor_ms *= 1 + EXTRA_LAUNCH
     elif ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
         batch, m, n, k = gemm_shape(op, params, algorithm)
         bn = int(cfg["block_n"])
@@ -165,7 +172,7 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         if algorithm == "bdrow":
             padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
         else:
-            padded, fill, split, pipe_s = bdwin_work(params, cfg, sms, _elem_bytes(dtype))
+            padded, fill, split, pipe_s = bdwin_work(params, cfg, sms, _elem_bytes(dtype), group_major)
         compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
@@ -183,6 +190,40 @@ def _plane_s(params: Any, dtype: str, cfg: Mapping[str, Any], work: Any = plane_
     tiles_s = elems * _elem_bytes(dtype) / L2_BW * max(1.0, PLANE_FULL_VECTOR / vec)
     rate = PEAK_FLOPS["bf16"] / 3 if dtype == "fp32_tf32" else PEAK_FLOPS.get(_compute_type(dtype), 350e12)
     return max(tiles_s, 2.0 * products / rate)
+
+
+def _plane_plan(params: Any, cfg: Mapping[str, Any]) -> Any:
+    """dwplane wgrad's blocks on this problem (``depthwise_plane.block_plan``, as its model_work takes them)."""
+    vec = vector_width((params.input[-1],), params.output[-1])
+    return plane_plan(params, int(cfg.get("j", 32)), vec, int(cfg.get("num_warps", 4)))
+
+
+def plane_chunks(params: Any, cfg: Mapping[str, Any], sms: int) -> int:
+    """The chunks dwplane wgrad splits each group's blocks into (``depthwise_plane.bind``). One chunk is
+    one launch; more write fp32 partials that the split reduce sums, a second launch, so the call's floor
+    is two launches' (:func:`model_ms`). Session 40, H100: G480 3x3 14x14 N64 ran 0.0245 ms at block_m 128
+    (one chunk) and 0.032 at 64 (three), G384 7x7 14x14 0.0285 and 0.040, where the model had them level;
+    leave-one-out with the layer hidden (H100 file): channels-first depthwise wgrad 0.851 -> 0.890,
+    group-major 0.774 -> 0.807."""
+    split = int(cfg.get("split", 0) or 0)
+    if split <= 0:
+        do, ho, wo = (1, 1, *params.output)[-3:]
+        fz = (1, 1, *params.filter)[-3]
+        blocks = params.N * do * _plane_plan(params, cfg).blocks(ho, wo)
+        split = plane_auto_split(blocks, params.G * fz, int(cfg.get("block_m", 64)), sms)
+    return split
+
+
+def block_mode(op: str, params: Any, algorithm: str, cfg: Mapping[str, Any]) -> str:
+    """"rows" where dwplane wgrad cuts this problem's planes into blocks of whole rows (small planes at
+    stride 1, ``depthwise_plane.block_plan``), else "". The roofline misses the two modes by different
+    factors (H100 rows, log measured / model: row blocks median +1.15, column blocks +0.73; session 40),
+    and one config runs column blocks on 56x56 planes and row blocks on 28x28 ones, so the cost model keys
+    their corrections apart (``cost_model.kernel_variant``): leave-one-out with the layer hidden, H100
+    file, channels-first depthwise wgrad 0.842 -> 0.851, group-major 0.763 -> 0.774."""
+    if op != "conv_bwd_weight" or algorithm != "dwplane":
+        return ""
+    return "rows" if _plane_plan(params, cfg).rows else ""
 
 
 def with_floor(work_ms: float, floor_ms: float) -> float:
