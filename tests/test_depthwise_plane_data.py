@@ -162,7 +162,7 @@ def test_run_blocks(case):
             "odd": (P(2, 3, 2, 1, 1, (3, 3), (11, 13), (1, 1), (1, 1), (1, 1), (1, 1)), 32),
             "1row": (P(2, 2, 1, 1, 1, (3, 3), (4, 20), (1, 1), (1, 1), (1, 1), (1, 1)), 32)}[case]
     geo = ConvGeometry.build(p, layout_for("ngchw", p.ndim))
-    plan = dpd._plan(p, j, dpl.plane_vector(geo), dpd.max_run(CFG["block_m"], j, CFG["num_warps"]))
+    plan = dpd.problem_plan(p, j, dpl.plane_vector(geo), dpd.max_run(CFG["block_m"], j, CFG["num_warps"]))
     assert plan.run > 0, plan
     for fam in ("ngchw", "gnhwc"):
         check(p, layout_family=fam, cfg=dict(j=j), seed=101)

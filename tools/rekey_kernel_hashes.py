@@ -133,7 +133,7 @@ def _dwplane_data_run(row: dict[str, str]) -> int:
     else:
         return -1
     vec = dpl.plane_vector(ConvGeometry.build(p, parse_layout(row["layout"], p.ndim)))
-    return dpd._plan(p, j, vec, dpd.max_run(block_m, j, warps)).run
+    return dpd.problem_plan(p, j, vec, dpd.max_run(block_m, j, warps)).run
 
 
 def _dwplane_wgrad_rows(row: dict[str, str]) -> int:

@@ -62,7 +62,7 @@ from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "PlaneBlocks", "bind", "block_columns", "block_plan", "decline",
-           "geometry_plan", "model_work",
+           "geometry_plan", "model_work", "problem_plan",
            "planar_depthwise_reason", "planar_reason", "plane_tile_reason", "plane_vector"]
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
@@ -310,7 +310,8 @@ def _max_x(j: int, num_warps: int) -> int:
     return _MAX_ACC_PER_THREAD * 32 * num_warps // j
 
 
-def _plan(p: ConvParams, j: int, vec: int, num_warps: int = 4) -> PlaneBlocks:
+def problem_plan(p: ConvParams, j: int, vec: int, num_warps: int = 4) -> PlaneBlocks:
+    """The blocks a launch with j columns and num_warps takes on this problem (``vec``-element vectors)."""
     fy, dh, ho, sh = (p.filter[-2], p.dilation[-2], p.output[-2], p.stride[-2]) if p.ndim >= 2 else (1, 1, 1, 1)
     return block_plan(j, p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1], vec, p.input[-1],
                       p.output[-1], ho, sh, fy, dh, _max_x(j, num_warps))
@@ -362,7 +363,7 @@ def model_work(p: ConvParams, j: int, num_warps: int = 4) -> tuple[int, int, int
     vector width is taken from the plane widths alone (planar strides are multiples of them)."""
     fz, fy, _ = (1, 1, *p.filter)[-3:]
     do, ho, wo = (1, 1, *p.output)[-3:]
-    plan = _plan(p, j, vector_width((p.input[-1],), wo), num_warps)
+    plan = problem_plan(p, j, vector_width((p.input[-1],), wo), num_warps)
     x_cols = plan.x_columns(fy, j)
     blocks = p.G * fz * p.N * do * plan.blocks(ho, wo)
     return blocks * (x_cols + j), blocks * x_cols * j, plan.vec

@@ -62,7 +62,7 @@ from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "DTYPES", "BlockPlan", "DwPlaneDataConfig", "bind", "block_plan", "decline", "model_work",
-           "result_columns"]
+           "max_run", "problem_plan", "result_columns", "run_plan"]
 
 DTYPES = ("fp16", "bf16", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
 _MAX_OPERAND_PER_THREAD = 128  # elements of the gathered [BLOCK_M, RP*J] grad_out tile per thread
@@ -379,7 +379,7 @@ def _filter_rows_padded(p: ConvParams) -> int:
     return triton.next_power_of_2(fz * fy)
 
 
-def _plan(p: ConvParams, j: int, vec: int, max_k: int = 0) -> BlockPlan:
+def problem_plan(p: ConvParams, j: int, vec: int, max_k: int = 0) -> BlockPlan:
     """The plan of a launch on ``vec``-element vectors; run blocks up to ``max_k`` elements (0: none)."""
     wi, wo = p.input[-1], p.output[-1]
     sh = p.stride[-2] if p.ndim >= 2 else 1
@@ -396,7 +396,7 @@ def model_work(p: ConvParams, j: int) -> tuple[int, int, int]:
     one call with j-column blocks, for the cost model (tuning/roofline.py). The layout is not known
     there: the vector width is taken from the plane widths alone (planar strides are multiples of them)."""
     di, hi, wi = (1, 1, *p.input)[-3:]
-    plan = _plan(p, j, vector_width((p.input[-1],), p.output[-1]), max_run(_MODEL_BLOCK_M, j, 4))
+    plan = problem_plan(p, j, vector_width((p.input[-1],), p.output[-1]), max_run(_MODEL_BLOCK_M, j, 4))
     k = plan.run or _filter_rows_padded(p) * j  # the dot's K: a run, or j columns per filter row
     blocks = p.G * p.N * di * plan.blocks(hi, wi)
     return blocks * (k + plan.jo), blocks * k * plan.jo, plan.vec
@@ -412,7 +412,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     fz, fy, fx = geo.filt3
     Di, Hi, Wi = geo.in3
     Do, Ho, Wo = geo.out3
-    plan = _plan(p, j, plane_vector(geo), max_run(block_m, j, int(cfg.num_warps)))
+    plan = problem_plan(p, j, plane_vector(geo), max_run(block_m, j, int(cfg.num_warps)))
     vec, rp = plan.vec, 1 if plan.run else _filter_rows_padded(p)
     blocks = geo.N * Di * plan.blocks(Hi, Wi)
     chunks = occupancy_split(geo.G, sm_count(args.out.device), _PROGRAMS_PER_SM, triton.cdiv(blocks, block_m))
@@ -446,7 +446,8 @@ def decline(cfg: DwPlaneDataConfig, p: ConvParams, layout: LayoutTriple, dtype: 
     reason = planar_depthwise_reason(p, layout, dtype, DTYPES, "direct and dwtaps")
     if reason:
         return reason
-    plan = _plan(p, cfg.j, plane_vector(ConvGeometry.build(p, layout)), max_run(cfg.block_m, cfg.j, cfg.num_warps))
+    vec = plane_vector(ConvGeometry.build(p, layout))
+    plan = problem_plan(p, cfg.j, vec, max_run(cfg.block_m, cfg.j, cfg.num_warps))
     if plan.tw < 1:
         fx, sw, dw, pw = p.filter[-1], p.stride[-1], p.dilation[-1], p.left_pad[-1]
         return (f"j={cfg.j} grad_out columns hold no grad_in column of a {fx}-tap row at stride {sw}, "
