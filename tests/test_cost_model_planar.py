@@ -62,6 +62,9 @@ def test_dwplane_floor_is_one_launch():
     ev = C.Evidence.from_rows(rows)
     assert C.LAUNCHES[(OP, "dwplane")] == 1
     assert ev.floor(OP, "dwplane") == pytest.approx(0.0101)
+    # dgrad too (one launch; the block table is built at bind)
+    data = [{**r, "problem_key": r["problem_key"].replace(OP, "conv_bwd_data")} for r in rows]
+    assert C.Evidence.from_rows(data).floor("conv_bwd_data", "dwplane") == pytest.approx(0.0101)
 
 
 def test_dwplane_split_reduce_costs_a_second_launch():

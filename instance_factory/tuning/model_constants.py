@@ -54,6 +54,10 @@ HOST_COST_MS: dict[tuple[str, str], float] = {}
 # again: G480 3x3 14x14 predicted 0.059 ms, measured 0.024. `db evaluate --hide layer`-style leave-one-out,
 # H100 file: 0.9194 -> 0.9232 (below 0.5x 28 -> 25); channels-first depthwise wgrad 0.808 -> 0.842,
 # group-major 0.608 -> 0.763 (listed as two launches: 0.9208, 0.828, 0.644).
+# dwplane dgrad likewise (one launch; its block table is built once per bind): with session 40's run blocks its
+# 14x14 / 7x7 layers run 0.020-0.025 ms, near its floor, and were priced 2x over (G480 3x3 14x14 group-major:
+# 0.041 predicted, 0.020 measured; dwroll picked at 0.063). Leave-one-out 0.9269 -> 0.9285 (below 0.5x 24 -> 22);
+# channels-first depthwise dgrad 0.893 -> 0.910, group-major 0.694 -> 0.747.
 # The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
 # session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
 # Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
@@ -70,7 +74,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
             ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3,
             ("conv_bwd_data", "blockdiag"): 1, ("conv_bwd_data", "bdtap"): 1,
-            ("conv_bwd_data", "bdroll"): 1, ("conv_bwd_weight", "dwplane"): 1}
+            ("conv_bwd_data", "bdroll"): 1, ("conv_bwd_weight", "dwplane"): 1, ("conv_bwd_data", "dwplane"): 1}
 EXTRA_LAUNCH = 0.6
 
 # A family's floor (its fastest measured call) and the work of the call blend as (work^q + floor^q)^(1/q)
