@@ -88,3 +88,24 @@ def test_group_major_bdwin_reads_each_groups_channels_as_a_run():
     c16 = ConvParams(2, 32, 64, 16, 16, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1), (1, 1))
     one = {**cfg, "block_n": 16, "taps_x": 0}
     assert bdwin_work(c16, one, 132, 2, group_major=True)[3] == pytest.approx(bdwin_work(c16, one, 132, 2)[3])
+
+
+def test_channels_first_packed_dgrad_is_bound_by_its_plane_gathers():
+    """blockdiag dgrad on NGCHW gathers each tile's channels from planes H*W apart: the H100 rows ran at
+    ~450 GB/s of dx + dy, from RegNetY C24 7x7 N32 (0.0179 ms) to G32 C8 56x56 N64 (0.419 ms). At MEM_BW the
+    model sat at its host floor on the small layers, so the measured/model ratio grew 3.5x with size and the
+    big layers' corrections priced the small ones 2.6-4.8x too slow (relayout won at 0.60 of the best)."""
+    cfg = {"block_m": 256, "block_n": 32, "num_warps": 8}
+
+    def p(groups: int, n: int, c: int, size: int) -> ConvParams:
+        return ConvParams(2, groups, n, c, c, (3, 3), (size, size), (1, 1), (1, 1), (1, 1), (1, 1))
+
+    measured = [(p(37, 32, 24, 7), 0.0179), (p(5, 32, 24, 28), 0.0293), (p(5, 64, 24, 28), 0.0511),
+                (p(2, 64, 24, 56), 0.0721), (p(32, 64, 8, 56), 0.4194)]
+    logs = [math.log(ms / R.model_ms("conv_bwd_data", q, "bf16", "blockdiag", cfg, 132, 0.01, channels_first=True))
+            for q, ms in measured]
+    assert max(logs) - min(logs) < 0.6 and max(map(abs, logs)) < 0.5
+    # channels-last activations read contiguous channel runs: their model keeps MEM_BW
+    q = measured[-1][0]
+    cl = R.model_ms("conv_bwd_data", q, "bf16", "blockdiag", cfg, 132, 0.01)
+    assert cl < 0.2 * R.model_ms("conv_bwd_data", q, "bf16", "blockdiag", cfg, 132, 0.01, channels_first=True)

@@ -337,7 +337,8 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 
 @functools.lru_cache(maxsize=1 << 18)  # each rebuild of the evidence (a tier file changed) asks again
 def _roofline_ms(op: str, params: Any, dtype: str, algorithm: str, sig: str, sms: int) -> float:
-    return model_ms(op, params, dtype, algorithm, _cfg_of(sig), sms, group_major=sig.startswith("gm|"))
+    return model_ms(op, params, dtype, algorithm, _cfg_of(sig), sms, group_major=sig.startswith("gm|"),
+                    channels_first=sig.startswith("cf|"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -412,7 +413,8 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             continue
         variant = kernel_variant(op, dtype, alg, params, cfg)
         sig = fam + "|" + signature(variant, cfg)
-        m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg), group_major=fam == "gm")
+        m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg), group_major=fam == "gm",
+                     channels_first=fam == "cf")
         seen = [(d, t) for d, t in near if sig in t.corrections and d <= MAX_EVIDENCE_DISTANCE][:NEIGHBORS_PER_KERNEL]
         if seen:
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]

@@ -18,6 +18,16 @@ COPY_BW = 2.5e12
 # vectors cost proportionally more (session 37, H100: G480 14x14 at 2-wide vectors and G960 7x7 at 1-wide
 # ran at 2.5x and 5x the L2 time of their tiles, 56-wide planes at 1.3-1.4x)
 PLANE_FULL_VECTOR = 4
+# The packed block-diagonal dgrad kernels (blockdiag, bdtap, bdroll) on channels-first activations (NGC..):
+# each tile gathers its few channels from planes H*W elements apart, so dx and dy move at ~450 GB/s, not
+# MEM_BW. Session 40, H100, NGCHW grouped dgrad, blockdiag m256_n32_w8: 2 x 103 MB (dx + dy) ran 0.42 ms,
+# 2 x 19 MB 0.075, 2 x 12 MB 0.052 (460-515 GB/s); with MEM_BW the model sat at its floor (0.010-0.017 ms)
+# under all of them, so the neighbours' corrections grew with their size (log +0.6 at 6 MB .. +2.3 at
+# 200 MB) and priced the held-out RegNetY-1.6GF C24 layers (N32, 2.8-6 MB) up to 4.8x over their 0.018-0.029
+# ms: relayout won there at 0.60-0.61 of the tuned best. With the term the rows' log residuals span -0.17..+0.38;
+# leave-one-out (layer hidden) 0.9285 -> 0.9307, channels-first grouped dgrad 0.874 -> 0.912, group-major 0.857
+# -> 0.867 (their mean correction), every other group unchanged; the held-out NGCHW G37 pick 0.60 -> 0.83.
+PLANAR_PACKED_BW = 450e9
 L2_BW = 8.0e12  # operand reads: a tile reads (block_m + block_n) x its reduction (many on small tiles)
 DEFAULT_SMS, MAX_SPLIT = 132, 64
 

@@ -31,6 +31,7 @@ from .model_constants import (
     MEM_BW,
     ONE_CTA_EFFICIENCY,
     PEAK_FLOPS,
+    PLANAR_PACKED_BW,
     PLANE_FULL_VECTOR,
     POINTER_GEMMS,
     TAPS_IN_COLUMNS,
@@ -97,16 +98,20 @@ def relayout_copy_bytes(params: Any, layout: str, dtype: str) -> int:
 
 
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
-             sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False) -> float:
+             sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False,
+             channels_first: bool = False) -> float:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
     the waves the tiles fill, the fewest bytes over memory bandwidth), blended with the algorithm's
-    host floor (:func:`with_floor`)."""
+    host floor (:func:`with_floor`). ``group_major`` / ``channels_first``: the activations' layout family
+    (GN..C with several groups / NGC..), where some families load differently."""
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
     if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
         padded, fill = blockdiag_dgrad_work(params, algorithm, cfg, sms)
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
+        if channels_first:  # channel gathers across planes (model_constants.PLANAR_PACKED_BW)
+            mem_s *= MEM_BW / PLANAR_PACKED_BW
     elif algorithm == "dwplane":
         compute_s = _plane_s(params, dtype, cfg, plane_work if op == "conv_bwd_weight" else plane_data_work)
         if op == "conv_bwd_weight" and plane_chunks(params, cfg, sms) > 1:  # + the split reduce's launch
