@@ -111,53 +111,51 @@ OTHER_CHECKS = {
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
 
-def _dwplane_data_run(row: dict[str, str]) -> int:
-    """The run a dwplane dgrad row's launch reads today (0: none), from a database row or an evidence line (its
-    problem and instance name); -1 where neither says."""
+def _row_problem(row: dict[str, str], keys: tuple[str, ...], pattern: str):
+    """(problem, layout, the config's ``keys``) of a database row, or of an evidence line from its problem and
+    instance name (``pattern``'s groups, in the order of ``keys``); None where neither says."""
     import re
 
-    from instance_factory.geometry import ConvGeometry
-    from instance_factory.kernels import depthwise_plane as dpl
-    from instance_factory.kernels import depthwise_plane_data as dpd
     from instance_factory.layouts import parse_layout
     from instance_factory.problem import ConvParams
     from instance_factory.tuning.schema import params_from_row
 
     if "instance_params" in row:
-        p = params_from_row(row)
-        cfg = json.loads(row["instance_params"])
-        block_m, j, warps = cfg["block_m"], cfg["j"], cfg["num_warps"]
-    elif "problem" in row and (m := re.search(r"-m(\d+)_j(\d+)_pf\d_w(\d+)_", row.get("instance", ""))):
-        p = ConvParams.from_key(row["problem"])
-        block_m, j, warps = (int(v) for v in m.groups())
+        p, cfg = params_from_row(row), json.loads(row["instance_params"])
+        values = [int(cfg[k]) for k in keys]
+    elif "problem" in row and (m := re.search(pattern, row.get("instance", ""))):
+        p, values = ConvParams.from_key(row["problem"]), [int(v) for v in m.groups()]
     else:
-        return -1
-    vec = dpl.plane_vector(ConvGeometry.build(p, parse_layout(row["layout"], p.ndim)))
-    return dpd.problem_plan(p, j, vec, dpd.max_run(block_m, j, warps)).run
+        return None
+    return p, parse_layout(row["layout"], p.ndim), values
 
 
 def _dwplane_wgrad_rows(row: dict[str, str]) -> int:
     """The rows per block a dwplane wgrad row's launch uses today (0: column blocks), from a database row or an
     evidence line (its problem and instance name); -1 where neither says."""
-    import re
-
     from instance_factory.geometry import ConvGeometry
     from instance_factory.kernels import depthwise_plane as dpl
-    from instance_factory.layouts import parse_layout
-    from instance_factory.problem import ConvParams
-    from instance_factory.tuning.schema import params_from_row
 
-    if "instance_params" in row:
-        p = params_from_row(row)
-        cfg = json.loads(row["instance_params"])
-        j, warps = cfg["j"], cfg["num_warps"]
-    elif "problem" in row and (m := re.search(r"_j(\d+)_pf\d_w(\d+)_", row.get("instance", ""))):
-        p = ConvParams.from_key(row["problem"])
-        j, warps = int(m.group(1)), int(m.group(2))
-    else:
+    found = _row_problem(row, ("j", "num_warps"), r"_j(\d+)_pf\d_w(\d+)_")
+    if found is None:
         return -1
-    geo = ConvGeometry.build(p, parse_layout(row["layout"], p.ndim))
-    return dpl.geometry_plan(geo, j, warps).rows
+    p, layout, (j, warps) = found
+    return dpl.geometry_plan(ConvGeometry.build(p, layout), j, warps).rows
+
+
+def _dwplane_data_run(row: dict[str, str]) -> int:
+    """The run a dwplane dgrad row's launch reads today (0: none), from a database row or an evidence line (its
+    problem and instance name); -1 where neither says."""
+    from instance_factory.geometry import ConvGeometry
+    from instance_factory.kernels import depthwise_plane as dpl
+    from instance_factory.kernels import depthwise_plane_data as dpd
+
+    found = _row_problem(row, ("block_m", "j", "num_warps"), r"-m(\d+)_j(\d+)_pf\d_w(\d+)_")
+    if found is None:
+        return -1
+    p, layout, (block_m, j, warps) = found
+    vec = dpl.plane_vector(ConvGeometry.build(p, layout))
+    return dpd.problem_plan(p, j, vec, dpd.max_run(block_m, j, warps)).run
 
 
 def _is_1x1_pad0(row: dict[str, str]) -> bool:

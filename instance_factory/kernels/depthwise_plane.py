@@ -62,7 +62,7 @@ from .depthwise_stream import vector_width
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "DTYPES", "DwPlaneConfig", "PlaneBlocks", "bind", "block_columns", "block_plan", "decline",
-           "geometry_plan", "model_work", "problem_plan",
+           "geometry_plan", "model_plan", "model_work", "problem_plan", "split_plan",
            "planar_depthwise_reason", "planar_reason", "plane_tile_reason", "plane_vector"]
 
 DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")  # tensor-core products (tf32: three bf16 parts)
@@ -363,15 +363,29 @@ def model_work(p: ConvParams, j: int, num_warps: int = 4) -> tuple[int, int, int
     vector width is taken from the plane widths alone (planar strides are multiples of them)."""
     fz, fy, _ = (1, 1, *p.filter)[-3:]
     do, ho, wo = (1, 1, *p.output)[-3:]
-    plan = problem_plan(p, j, vector_width((p.input[-1],), wo), num_warps)
+    plan = model_plan(p, j, num_warps)
     x_cols = plan.x_columns(fy, j)
     blocks = p.G * fz * p.N * do * plan.blocks(ho, wo)
     return blocks * (x_cols + j), blocks * x_cols * j, plan.vec
 
 
+def model_plan(p: ConvParams, j: int, num_warps: int = 4) -> PlaneBlocks:
+    """The blocks the cost model prices (tuning/roofline.py): the layout is not known there, so the vector
+    width is taken from the plane widths alone (planar strides are multiples of them)."""
+    return problem_plan(p, j, vector_width((p.input[-1],), p.output[-1]), num_warps)
+
+
 def auto_split(blocks: int, base_programs: int, block_m: int, sms: int) -> int:
     """Chunks of column blocks: ~8 programs per SM, each chunk at least two dots."""
     return occupancy_split(base_programs, sms, 8, max(1, blocks // (2 * block_m)))
+
+
+def split_plan(blocks: int, base_programs: int, block_m: int, split: int, sms: int) -> tuple[int, int]:
+    """(chunks, blocks per chunk) of a launch over ``blocks`` per group: ``split`` chunks, or
+    :func:`auto_split`'s where it is 0. More than one chunk adds the split reduce's launch."""
+    if split <= 0:
+        split = auto_split(blocks, base_programs, block_m, sms)
+    return split_chunks(min(split, MAX_GRID_YZ), blocks)
 
 
 def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
@@ -388,10 +402,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     xb = triton.cdiv(Ho, plan.rows) if plan.rows else triton.cdiv(Wo, tw)  # blocks per plane / per row
     blocks = geo.N * Do * plan.blocks(Ho, Wo)
     base = geo.G * fz
-    split = int(cfg.split)
-    if split <= 0:
-        split = auto_split(blocks, base, block_m, sm_count(args.out.device))
-    split, chunk = split_chunks(min(split, MAX_GRID_YZ), blocks)
+    split, chunk = split_plan(blocks, base, block_m, int(cfg.split), sm_count(args.out.device))
     taps = geo.taps
     total = taps * geo.G
     use_int64 = force_int64 or geo.needs_int64 or split * total >= INT32_LIMIT or blocks + chunk >= INT32_LIMIT

@@ -353,9 +353,11 @@ def run_plan(base: BlockPlan, vec: int, fy: int, dil_h: int, pad_h: int, hi: int
     row a filter row reaches to the last, each grad_out row once for every filter row (row blocks load a run
     of j per filter row). A block of the whole plane runs over the grad_out rows that exist only. The run
     (a power of two, at least the dot's 16) is at most ``max_run``."""
-    best, best_loads = base, base.loads(hi, wi, rp) if base.tw else 0.0
+    if not base.tw:
+        return base
+    best, best_loads = base, base.loads(hi, wi, rp)
     span = dil_h * (fy - 1)
-    for rows in range(1, min(base.jo // wi, hi) + 1) if base.tw else ():
+    for rows in range(1, min(base.jo // wi, hi) + 1):
         if rows >= hi:
             first, last = max(pad_h - span, 0), min(hi - 1 + pad_h, ho - 1)
             lead, run_rows = -first, last - first + 1
@@ -363,8 +365,9 @@ def run_plan(base: BlockPlan, vec: int, fy: int, dil_h: int, pad_h: int, hi: int
             lead, run_rows = span - pad_h, rows + span
         run = max(16, triton.next_power_of_2(run_rows * wo))
         plan = BlockPlan(rows, wi, 0, vec, base.jo, run, lead)
-        if run <= max_run and plan.loads(hi, wi, rp) < best_loads:
-            best, best_loads = plan, plan.loads(hi, wi, rp)
+        loads = plan.loads(hi, wi, rp)
+        if run <= max_run and loads < best_loads:
+            best, best_loads = plan, loads
     return best
 
 

@@ -15,11 +15,10 @@ from typing import Any
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
 from ..kernels.bwd_weight_tma import TMA_WGRAD_FAMILIES
-from ..kernels.depthwise_plane import auto_split as plane_auto_split
+from ..kernels.depthwise_plane import model_plan as plane_model_plan
 from ..kernels.depthwise_plane import model_work as plane_work
-from ..kernels.depthwise_plane import problem_plan as plane_plan
+from ..kernels.depthwise_plane import split_plan as plane_split_plan
 from ..kernels.depthwise_plane_data import model_work as plane_data_work
-from ..kernels.depthwise_stream import vector_width
 from .box_rounding import boxed_reduction
 from .model_constants import (
     CUDA_CORE_FLOPS,
@@ -198,25 +197,22 @@ def _plane_s(params: Any, dtype: str, cfg: Mapping[str, Any], work: Any = plane_
 
 
 def _plane_plan(params: Any, cfg: Mapping[str, Any]) -> Any:
-    """dwplane wgrad's blocks on this problem (``depthwise_plane.block_plan``, as its model_work takes them)."""
-    vec = vector_width((params.input[-1],), params.output[-1])
-    return plane_plan(params, int(cfg.get("j", 32)), vec, int(cfg.get("num_warps", 4)))
+    """dwplane wgrad's blocks on this problem, as its model_work takes them."""
+    return plane_model_plan(params, int(cfg.get("j", 32)), int(cfg.get("num_warps", 4)))
 
 
 def plane_chunks(params: Any, cfg: Mapping[str, Any], sms: int) -> int:
-    """The chunks dwplane wgrad splits each group's blocks into (``depthwise_plane.bind``). One chunk is
-    one launch; more write fp32 partials that the split reduce sums, a second launch, so the call's floor
-    is two launches' (:func:`model_ms`). Session 40, H100: G480 3x3 14x14 N64 ran 0.0245 ms at block_m 128
-    (one chunk) and 0.032 at 64 (three), G384 7x7 14x14 0.0285 and 0.040, where the model had them level;
-    leave-one-out with the layer hidden (H100 file): channels-first depthwise wgrad 0.851 -> 0.890,
+    """The chunks dwplane wgrad splits each group's blocks into (``depthwise_plane.split_plan``, as its bind
+    does). One chunk is one launch; more write fp32 partials that the split reduce sums, a second launch, so
+    the call's floor is two launches' (:func:`model_ms`). Session 40, H100: G480 3x3 14x14 N64 ran 0.0245 ms
+    at block_m 128 (one chunk) and 0.032 at 64 (three), G384 7x7 14x14 0.0285 and 0.040, where the model had
+    them level; leave-one-out with the layer hidden (H100 file): channels-first depthwise wgrad 0.851 -> 0.890,
     group-major 0.774 -> 0.807."""
+    do, ho, wo = (1, 1, *params.output)[-3:]
+    fz = (1, 1, *params.filter)[-3]
+    blocks = params.N * do * _plane_plan(params, cfg).blocks(ho, wo)
     split = int(cfg.get("split", 0) or 0)
-    if split <= 0:
-        do, ho, wo = (1, 1, *params.output)[-3:]
-        fz = (1, 1, *params.filter)[-3]
-        blocks = params.N * do * _plane_plan(params, cfg).blocks(ho, wo)
-        split = plane_auto_split(blocks, params.G * fz, int(cfg.get("block_m", 64)), sms)
-    return split
+    return plane_split_plan(blocks, params.G * fz, int(cfg.get("block_m", 64)), split, sms)[0]
 
 
 def block_mode(op: str, params: Any, algorithm: str, cfg: Mapping[str, Any]) -> str:
