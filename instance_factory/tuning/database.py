@@ -42,8 +42,8 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,7 @@ __all__ = [
     "best_per_problem",
     "current_device",
     "current_software",
+    "emulated",
     "empty_frame",
     "file_signature",
     "instance_params_json",
@@ -206,6 +207,28 @@ def current_software() -> Software:
 
         _SOFTWARE.append(Software(str(triton.__version__), str(torch.__version__), str(__version__)))
     return _SOFTWARE[0]
+
+
+@contextmanager
+def emulated(device: DeviceInfo, software: Software | None = None) -> Iterator[str]:
+    """Inside, ``current_device(key)`` (the key given back: the device's kind, e.g. "nvidia-h100-80gb-hbm3")
+    answers ``device`` and ``current_software()`` answers ``software`` (when given): lookups made with that
+    key choose as they would on that GPU with those versions (rows of other versions fail the software
+    check), e.g. to replay a GPU run's untuned picks on a CPU (tools/heldout_replay.py)."""
+    key = device.kind
+    had_device, old_device = key in _DEVICE_CACHE, _DEVICE_CACHE.get(key)
+    old_software = list(_SOFTWARE)
+    _DEVICE_CACHE[key] = device
+    if software is not None:
+        _SOFTWARE[:] = [software]
+    try:
+        yield key
+    finally:
+        if had_device:
+            _DEVICE_CACHE[key] = old_device
+        else:
+            _DEVICE_CACHE.pop(key, None)
+        _SOFTWARE[:] = old_software
 
 
 # --------------------------------------------------------------------------------------------
