@@ -29,10 +29,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pandas as pd  # noqa: E402
 
-from instance_factory.problem import ConvParams  # noqa: E402
 from instance_factory.tuning import database as db  # noqa: E402
-from instance_factory.tuning.classes import problem_class  # noqa: E402
-from instance_factory.tuning.lookup import explain  # noqa: E402
+from instance_factory.tuning import untuned  # noqa: E402
+from instance_factory.tuning.cost_model import conv_class  # noqa: E402
+from instance_factory.tuning.problem_sets import Problem  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -58,23 +58,17 @@ def run_device(rows: pd.DataFrame) -> tuple[db.DeviceInfo, db.Software]:
 
 
 def replay(rows: pd.DataFrame, classes: set[str] | None = None) -> list[Replay]:
-    """Each problem's untuned pick (this tree's tuning layer, as on the rows' GPU) priced by the rows."""
+    """Each problem's untuned pick (this tree's tuning layer, as on the rows' GPU) priced by the rows: what
+    ``untuned.compare`` does for ``untuned_check.py``, without measuring what the rows lack."""
     device, software = run_device(rows)
     ok = rows[rows["status"] == "ok"]
-    out = []
+    fastest = ok.sort_values("median_ms", kind="stable").drop_duplicates(["problem_key", "instance"])  # several runs
+    problems = [Problem.from_key(k) for k in sorted(fastest["problem_key"].unique())]
+    problems = [pr for pr in problems if not classes or conv_class(pr.params) in classes]
     with db.emulated(device, software) as key:
-        for pkey, group in ok.groupby("problem_key", sort=True):
-            op, layout, dtype, fused, params_key = db.split_problem_key(pkey)
-            params = ConvParams.from_key(params_key)
-            klass = problem_class(params)
-            if classes and klass not in classes:
-                continue
-            times = group.groupby("instance")["median_ms"].min().to_dict()  # several runs: each instance's best
-            best = min(times, key=times.get)
-            pick = explain(op, params, layout=layout, dtype=dtype, fused_op=fused, device=key, untuned=True).instance.name
-            ratio = times[best] / times[pick] if pick in times else float("nan")
-            out.append(Replay(pkey, op, dtype, klass, pick, best, ratio))
-    return out
+        records = untuned.compare(problems, fastest, device=key, measure_missing=False)
+    return [Replay(r["key"], r["op"], r["dtype"], r["class"], r["default"], r["tuned"],
+                   r["ratio"] if r["ratio"] is not None else float("nan")) for r in records]
 
 
 def summary(results: list[Replay]) -> list[tuple[str, str, str, int, float, float, int]]:
@@ -93,7 +87,7 @@ def summary(results: list[Replay]) -> list[tuple[str, str, str, int, float, floa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="rows an untuned_check run measured (heldout_tuned.csv, .csv.gz)")
-    ap.add_argument("--classes", help="comma-separated conv classes (dense, grouped, grouped_wide, depthwise)")
+    ap.add_argument("--classes", help="comma-separated conv classes (dense, grouped, depthwise)")
     ap.add_argument("--verbose", action="store_true", help="one line per problem")
     ns = ap.parse_args(argv)
     os.environ["INSTANCE_FACTORY_USER_DB"] = tempfile.mkdtemp()  # the shipped database alone
