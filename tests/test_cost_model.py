@@ -13,6 +13,7 @@ from instance_factory.tuning import cost_model as C
 from instance_factory.tuning import roofline as R
 from instance_factory.tuning.database import read_db, registry_kernel_hashes, valid_rows
 from instance_factory.tuning.miss_eval import leave_one_out, summarize, summary_markdown
+from instance_factory.tuning.model_constants import DIRECT_UNALIGNED_FACTOR
 from instance_factory.tuning.packed_tiles import blockdiag_dgrad_work
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -435,3 +436,76 @@ def test_a_kernel_measured_only_far_away_borrows_its_familys_correction():
     ev = C.Evidence.from_rows([_row(op, LAYOUT, dense, "k", "two_stage", 0.05, cfg='{"block_m": 16}')])
     r = C.rank(op, grouped, LAYOUT, "bf16", "passthrough", [("k", "two_stage", {"block_m": 16})], ev)
     assert not r.best.basis.startswith("measured")
+
+
+def test_direct_on_an_unaligned_channels_last_stride_pays_the_unaligned_factor(monkeypatch):
+    """``direct`` has no alignment constexpr: with G*C (the channels-last position stride) off a multiple of
+    16 its channel loads split (session 42: 2.3-3.5x the best on G = 120 / 728 / 72 depthwise layers). The
+    walks, which divide their strides by the vector width, and the planar layouts keep their model."""
+    op = "conv_bwd_data"
+
+    def ms(G, alg="direct", cfg=None, **layout):
+        p = ConvParams(2, G, 32, 1, 1, (3, 3), (19, 19), (1, 1), (1, 1), (1, 1), (1, 1))
+        cfg = cfg or {"block_p": 16, "block_ch": 128, "num_warps": 4}
+        return C.model_ms(op, p, "bf16", alg, cfg, **layout)
+
+    walk = {"block_w": 16, "block_ch": 32, "rows": 0, "num_warps": 2}
+    unaligned, planar, walk_ms = ms(728), ms(728, channels_first=True), ms(728, "dwtaps", walk)
+    monkeypatch.setattr(R, "DIRECT_UNALIGNED_FACTOR", 1.0)
+    assert unaligned == pytest.approx(DIRECT_UNALIGNED_FACTOR * ms(728))
+    assert planar == pytest.approx(ms(728, channels_first=True))
+    assert walk_ms == pytest.approx(ms(728, "dwtaps", walk))
+    assert R._unaligned_channel_stride(ConvParams(2, 728, 32, 1, 1, (3, 3), (19, 19), (1, 1), (1, 1), (1, 1), (1, 1)))
+    for aligned_or_short in (736, 12):  # a multiple of 16, or one short vector a position either way
+        assert not R._unaligned_channel_stride(ConvParams(2, aligned_or_short, 32, 1, 1, (3, 3), (19, 19), (1, 1),
+                                                          (1, 1), (1, 1), (1, 1)))
+
+
+def _ranked(ev, op, params, cands, layout=LAYOUT):
+    return {p.name: p for p in C.rank(op, params, layout, "bf16", "passthrough", cands, ev).predictions}
+
+
+def test_an_unmeasured_kernel_pays_the_distance_of_the_rows_that_price_it():
+    """A kernel priced by its family's or everyone's correction pays the distance penalty of those rows, like a
+    measured kernel does: it no longer outranks a kernel measured on the same neighbours by the penalty alone."""
+    op = "conv_bwd_data"
+    p = ConvParams(2, 37, 32, 24, 24, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    q = ConvParams(2, 32, 64, 64, 64, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    d = C.neighbor_distance(op, p, q)
+    assert d > 1
+    cfg = {"block_m": 64, "block_n": 32, "num_warps": 4}
+    ev = C.Evidence.from_rows([_row(op, GM, q, "m", "blockdiag", 0.05, cfg=json.dumps(cfg))])
+    cands = [("m", "blockdiag", cfg), ("o", "blockdiag", {**cfg, "block_m": 128}), ("x", "bdtap", cfg)]
+    got = _ranked(ev, op, p, cands, GM)
+    assert got["m"].basis.startswith("measured") and "family's correction" in got["o"].basis
+    assert "neighbours' mean" in got["x"].basis
+    m = {name: C.model_ms(op, p, "bf16", alg, c, group_major=True) for name, alg, c in cands}
+    corr = math.log(got["m"].predicted_ms / m["m"]) - C.DISTANCE_PENALTY * d  # the neighbour's own correction
+    for name, unseen in (("o", C.UNSEEN_KERNEL), ("x", C.UNSEEN_ALGORITHM)):
+        want = corr + unseen + C.DISTANCE_PENALTY * d
+        assert math.log(got[name].predicted_ms / m[name]) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_family_none_of_the_closest_measured_is_priced_by_its_own_farther_rows():
+    """A family that none of the NEAREST_PROBLEMS closest problems measured takes its correction from the
+    nearest problems of the same dimensionality that did (with their distance penalty), not from the other
+    families' mean; rows of another dimensionality do not price it."""
+    op = "conv_bwd_weight"
+    p = ConvParams(2, 256, 32, 1, 1, (3, 3), (74, 74), (1, 1), (1, 1), (1, 1), (1, 1))
+    near = [ConvParams(2, g, 32, 1, 1, (3, 3), (74, 74), (1, 1), (1, 1), (1, 1), (1, 1)) for g in (240, 272, 224, 288,
+                                                                                                        208, 304)]
+    far2d = ConvParams(2, 64, 32, 1, 1, (3, 3), (112, 112), (1, 1), (1, 1), (1, 1), (1, 1))
+    far1d = ConvParams(1, 256, 32, 1, 1, (3,), (400,), (1,), (1,), (1,), (1,))
+    cfg, measured = {"block_p": 32, "block_ch": 32, "num_warps": 4}, {"block_p": 64, "block_ch": 32, "num_warps": 4}
+    rows = [_row(op, GM, q, "fast", "dwslide", 0.01) for q in near]
+    ev = C.Evidence.from_rows(rows + [_row(op, GM, far2d, "d64", "direct", 2.0, cfg=json.dumps(measured))])
+    assert sorted(C.neighbor_distance(op, p, q) for q in near)[-1] < C.neighbor_distance(op, p, far2d)
+    got = _ranked(ev, op, p, [("d", "direct", cfg)], GM)["d"]
+    assert "farther problems" in got.basis
+    far_row = next(t for t in ev.problems if t.params == far2d)
+    (far_corr,) = far_row.corrections.values()  # log(measured / model) there
+    want = far_corr + C.UNSEEN_KERNEL + C.DISTANCE_PENALTY * C.neighbor_distance(op, p, far2d)
+    assert math.log(got.predicted_ms / got.model_ms) == pytest.approx(want, rel=1e-6)
+    ev1d = C.Evidence.from_rows(rows + [_row(op, "GNWC/GKXC/GNWK", far1d, "d64", "direct", 2.0,
+                                             cfg=json.dumps(measured))])
+    assert "neighbours' mean" in _ranked(ev1d, op, p, [("d", "direct", cfg)], GM)["d"].basis

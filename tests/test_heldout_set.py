@@ -1,4 +1,4 @@
-"""The held-out problem sets (configs/problem_sets/heldout.yaml, heldout_1x1.yaml, heldout_dense3x3.yaml) stay
+"""The held-out problem sets (configs/problem_sets/heldout*.yaml) stay
 out of the shipped database and of every tuned problem set."""
 
 from pathlib import Path
@@ -12,7 +12,7 @@ from instance_factory.tuning.problem_sets import expand_problem_set, list_proble
 ROOT = Path(__file__).resolve().parent.parent
 
 
-HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1")
+HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1", "heldout_fresh")
 
 
 def heldout_problems():

@@ -17,7 +17,8 @@ Neighbours: problems of the same pass, by a weighted distance in a normalized pr
 of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
 plus a fixed penalty for a different conv class (dense / grouped / depthwise), data type (none
 between fp16 and bf16), layout family or fused op. A candidate no neighbour measured borrows its
-family's mean correction (or everyone's) with an uncertainty penalty, so measured kernels win ties.
+family's mean correction (on the nearest problems that measured the family, else everyone's) with an
+uncertainty penalty and the distance penalty of those rows, so measured kernels win ties.
 
 ``relayout`` (copies to the channels-last twin problem, then the twin's instance) is priced as what it
 runs: the twin's time (its tuned best, else the twin's own ranking) plus its copy bytes at the copy
@@ -396,17 +397,21 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     near.sort(key=lambda x: (x[0], x[1].key))
     closest = near[:NEAREST_PROBLEMS]
     alg_corr: dict[str, list[tuple[float, float]]] = {}
+    alg_nearest: dict[str, float] = {}  # distance of the nearest neighbour that measured the family
     all_corr: list[tuple[float, float]] = []
     for d, t in closest:
         w = _neighbor_weight(d)
         for sig, c in t.corrections.items():  # by the signature's head: layout family | kernel_variant
-            alg_corr.setdefault(sig.split(":", 1)[0], []).append((w, c))
+            head = sig.split(":", 1)[0]
+            alg_corr.setdefault(head, []).append((w, c))
+            alg_nearest.setdefault(head, d)
             all_corr.append((w, c))
 
     fam = _layout_family(layout, params.G)
     through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin_candidates, evidence, hidden, near)
                     if twin_candidates is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
     preds = []
+    farther: dict[str, tuple[float, list[tuple[float, float]]] | None] = {}  # per family, see _family_farther
     for name, alg, cfg in candidates:
         if alg == "relayout" and through_twin is not None:
             preds.append(Prediction(name, alg, through_twin[0], through_twin[0], through_twin[1]))
@@ -420,11 +425,18 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
+        elif fam + "|" + variant not in alg_corr and (
+                far := _family_farther(fam + "|" + variant, params.ndim, near, farther)):
+            corr = _wmean(far[1]) + UNSEEN_KERNEL + DISTANCE_PENALTY * far[0]
+            basis = f"model + its family's correction on farther problems (nearest at {far[0]:.2f})"
         elif (family_rows := alg_corr.get(fam + "|" + variant)):
-            corr = _wmean(family_rows) + UNSEEN_KERNEL
+            # the family's rows are as far away as a measured kernel's: the same distance penalty, so a
+            # kernel nobody measured never outranks one measured on the same neighbours (model_constants);
+            # likewise the neighbours' mean below, from the nearest neighbour
+            corr = _wmean(family_rows) + UNSEEN_KERNEL + DISTANCE_PENALTY * alg_nearest[fam + "|" + variant]
             basis = f"model + its family's correction ({len(family_rows)} neighbour rows)"
         elif all_corr:
-            corr = _wmean(all_corr) + UNSEEN_ALGORITHM
+            corr = _wmean(all_corr) + UNSEEN_ALGORITHM + DISTANCE_PENALTY * closest[0][0]
             basis = "model + the neighbours' mean correction (family not measured nearby)"
         else:
             corr, basis = 0.0, "model only (no tuned problem of this pass)"
@@ -458,6 +470,33 @@ def _twin_prediction(op: str, params: Any, layout: str, dtype: str, fused: str,
     return (twin_ms + copy_ms) * math.exp(residual), (
         f"{what} + copies {copy_ms:.4g} ms ({copy_bytes / 1e6:.0f} MB at {evidence.copy_bw / 1e9:.0f} GB/s)"
         + (f", x{math.exp(residual):.2f} as on {len(seen)} neighbour(s)" if seen else ""))
+
+
+def _family_farther(head: str, ndim: int, near: Sequence[tuple[float, _Tuned]],
+                    cache: dict[str, tuple[float, list[tuple[float, float]]] | None],
+                    ) -> tuple[float, list[tuple[float, float]]] | None:
+    """(distance of the nearest, weighted corrections) of kernel family ``head`` (layout family | variant) on
+    the nearest problems of the same dimensionality that measured it, up to NEAREST_PROBLEMS of them within
+    MAX_EVIDENCE_DISTANCE; None without such rows. For a family none of the closest problems measured: its
+    own record on farther layers says more than the other families' mean. Session 42, held-out group-major
+    depthwise wgrad (H200): direct, measured on no group-major depthwise layer near, was priced by the
+    neighbours' mean and served at 0.28-0.57 of the best; priced by its own farther rows it loses to
+    relayout / dwplane (0.73 -> 0.93). Other dimensionalities left out: 2-D dwplane rows priced a 1-D
+    group-major k31 wgrad at 0.16 (leave-one-out)."""
+    if head in cache:
+        return cache[head]
+    rows: list[tuple[float, float]] = []
+    first, problems = None, 0
+    for d, t in near:
+        if d > MAX_EVIDENCE_DISTANCE or problems >= NEAREST_PROBLEMS:
+            break
+        got = [c for sig, c in t.corrections.items() if t.params.ndim == ndim and sig.split(":", 1)[0] == head]
+        if got:
+            first = d if first is None else first
+            problems += 1
+            rows += [(_neighbor_weight(d), c) for c in got]
+    cache[head] = (first, rows) if rows else None
+    return cache[head]
 
 
 def _neighbor_weight(d: float) -> float:

