@@ -41,7 +41,6 @@ from .model_constants import (
     DEFAULT_SMS,
     DEVICE_PENALTY,
     DISTANCE_PENALTY,
-    DISTURBED_SIBLING_FACTOR,
     DTYPE_PENALTY,
     EXTRA_LAUNCH,
     FAILED_FACTOR,
@@ -54,7 +53,6 @@ from .model_constants import (
     NDIM_PENALTY,
     NEAREST_PROBLEMS,
     NEIGHBORS_PER_KERNEL,
-    NOISY_SPREAD,
     SIBLING_DTYPES,
     TAPS_IN_COLUMNS,
     UNSEEN_ALGORITHM,
@@ -62,10 +60,12 @@ from .model_constants import (
     WEIGHT_POWER,
 )
 from .roofline import block_mode, gemm_shape, model_ms, relayout_copy_bytes, tf32_split
+from .row_times import disturbed_twins, kernel_ms, repair_disturbed
 from .schema import problem_key
 
-__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "features", "gemm_shape",
-           "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "signature"]
+__all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "disturbed_twins", "features",
+           "gemm_shape", "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "repair_disturbed",
+           "signature"]
 
 def conv_class(params: Any) -> str:
     """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""
@@ -228,54 +228,6 @@ class Evidence:
             known = [v for (o, _), v in self.host_floor_ms.items() if o == op]
             got = min(known) if known else 0.0
         return max(got, HOST_COST_MS.get((op, algorithm), 0.0))
-
-
-def kernel_ms(r: Mapping[str, Any]) -> float | None:
-    """A timed row's estimate of its kernel's time: the median, or the p20 when the run was disturbed
-    (p80 over NOISY_SPREAD x p20: host contention on the tuning machine, e.g. its compile pool, only
-    ever adds time to a short kernel's events). None for a row without a finite positive time."""
-    try:
-        med = float(r["median_ms"])
-    except (TypeError, ValueError, KeyError):
-        return None
-    if not (math.isfinite(med) and med > 0):
-        return None
-    try:
-        p20, p80 = float(r.get("p20_ms")), float(r.get("p80_ms"))
-    except (TypeError, ValueError):
-        return med
-    if math.isfinite(p20) and math.isfinite(p80) and 0 < p20 and p80 > NOISY_SPREAD * p20:
-        return p20
-    return med
-
-
-def disturbed_twins(rows: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
-    """Index in ``rows`` -> the twin row that stands for it: a ``pruned`` or ``ok`` row that took over
-    DISTURBED_SIBLING_FACTOR x the same kernel's timed (``ok``) run on the sibling dtype's problem of the
-    same device (fp16 <-> bf16: one kernel, one speed). Such a run was disturbed (a compile or host
-    contention; a disturbance only ever adds time, so the faster of the two stands)."""
-    rows = rows if isinstance(rows, list) else list(rows)
-    ok = {(r.get("device"), r["problem_key"], r["instance"]): r for r in rows if r["status"] == "ok"}
-    out = {}
-    for i, r in enumerate(rows):
-        if r["status"] not in ("pruned", "ok"):
-            continue
-        dt = r["problem_key"].split("|")[2]
-        other = {"fp16": "bf16", "bf16": "fp16"}.get(dt)
-        sib = other and ok.get((r.get("device"), r["problem_key"].replace(f"|{dt}|", f"|{other}|", 1),
-                                r["instance"].replace(f"-{dt}-", f"-{other}-", 1)))
-        mine, theirs = kernel_ms(r), sib and kernel_ms(sib)
-        if mine and theirs and mine > DISTURBED_SIBLING_FACTOR * theirs:
-            out[i] = sib
-    return out
-
-
-def repair_disturbed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """``rows``, each disturbed one (:func:`disturbed_twins`) counting with its twin's times."""
-    rows = list(rows)
-    twins = disturbed_twins(rows)
-    return [r if i not in twins else {**r, "median_ms": twins[i]["median_ms"], "p20_ms": twins[i].get("p20_ms"),
-                                      "p80_ms": twins[i].get("p80_ms")} for i, r in enumerate(rows)]
 
 
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
@@ -490,7 +442,9 @@ def _family_farther(head: str, ndim: int, near: Sequence[tuple[float, _Tuned]],
     for d, t in near:
         if d > MAX_EVIDENCE_DISTANCE or problems >= NEAREST_PROBLEMS:
             break
-        got = [c for sig, c in t.corrections.items() if t.params.ndim == ndim and sig.split(":", 1)[0] == head]
+        if t.params.ndim != ndim:
+            continue
+        got = [c for sig, c in t.corrections.items() if sig.split(":", 1)[0] == head]
         if got:
             first = d if first is None else first
             problems += 1

@@ -75,8 +75,8 @@ HOST_COST_MS: dict[tuple[str, str], float] = {}
 # layers. Grouped only: applied to dense layers too, the leave-one-out geomean fell 0.922 -> 0.919.
 POINTER_GEMMS = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
 UNALIGNED_FACTOR = 2.0
-# ``direct`` (both passes) on channels-last layers whose position stride G*C / G*K has no divisor of 16
-# (roofline._unaligned_channel_stride). Session 42, held-out rows and the H100 file's G = 72 layers: dgrad
+# ``direct`` (both passes) on channels-last layers whose position stride G*C / G*K is over 16 without a
+# divisor of 16 (roofline._unaligned_channel_stride). Session 42, held-out rows and the H100 file's G = 72 layers: dgrad
 # 2.3-3.5x the best where aligned layers run it as the median best. Leave-one-out (layer hidden) 2 and 3 alike
 # (H100 0.9308, H200 0.9373); on the H100's held-out channels-last depthwise dgrad 3 lifts fp16 0.80 -> 0.89
 # (Xception's G728 19x19 layer: direct at 0.117 ms over dwtaps at 0.038 under 2).
@@ -154,11 +154,12 @@ NOISY_SPREAD = 2.0  # kernel_ms: a row with p80 > this x p20 was disturbed; its 
 # (below 0.5x: H100 15 -> 14, H200 9 -> 7); group-major depthwise dgrad 0.81 -> 0.91. A kernel priced from
 # layers 3+ away no longer outranks the ones the same layer's other dtype measured (group-major
 # ConvNeXt 7x7 dgrad: bdtap from 3.4 away at 0.11 ms predicted, 0.28 measured, over dwtaps at 0.116).
-# Session 42: a kernel priced by its family's correction pays it too, from the nearest neighbour that measured
-# the family (those rows are no closer than a measured kernel's): RegNetY's G37 C24 7x7 dgrad (GNHWC, held out)
-# took bdroll, measured nowhere near, at 0.31 of the best over bdtap / blockdiag measured 2.9 away. Held-out
-# replay (session 40's rows) group-major grouped dgrad 0.70 -> 0.78 / 0.85 (bf16 / fp16); leave-one-out with
-# the layer hidden H100 0.9307 -> 0.9309 (below 0.5x: 22 -> 21), 8 problems moved.
+# Session 42: a kernel priced by its family's correction or by the neighbours' mean pays it too, from the
+# nearest neighbour whose rows price it (they are no closer than a measured kernel's). Held out: RegNetY's G37
+# C24 7x7 dgrad (GNHWC) took bdroll, measured nowhere near, at 0.31 of the best over bdtap / blockdiag measured
+# 2.9 away (session 40's rows: group-major grouped dgrad 0.70 -> 0.80 / 0.88, bf16 / fp16); SlowFast's C8
+# 3x1x1 dgrad took direct, never measured on a dense layer, at 0.15 (fresh H200 rows: dense dgrad 0.72 ->
+# 0.89). Leave-one-out with the layer hidden H100 0.9307 -> 0.9308 (below 0.5x: 22 -> 21), H200 0.9373 -> 0.9371.
 DISTANCE_PENALTY = 0.15
 # A kernel's own rows count only from neighbours this close; beyond, its family's correction stands in.
 # Another conv class is 6 away before any feature: ResNeXt-101 32x8d's group-major C8 wgrad had two_stage

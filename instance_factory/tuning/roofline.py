@@ -245,8 +245,8 @@ def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float
 
 def _unaligned_channel_stride(params: Any) -> bool:
     """Channels-last activations whose position stride (G*C, G*K elements) is over 16 without a divisor of
-    16: ``direct`` (either pass) has no alignment constexpr, so Triton splits its channel loads into narrow ones (the
-    depthwise walks divide the strides by their vector width instead). Session 42, held-out layers (H100 and
+    16: ``direct`` (either pass) has no alignment constexpr, so Triton splits its channel loads into narrow
+    ones (the depthwise walks divide the strides by their vector width instead). Session 42, held-out layers (H100 and
     H200, NHWGC): direct dgrad ran 2.3-3.5x the best on G = 120 and 728 (Xception, MoViNet) and on the H100
     file's G = 72 (MobileNetV3) layers, where on aligned depthwise layers it is the median best; wgrad 2-4x
     on G = 12 against 1.9x aligned (DIRECT_UNALIGNED_FACTOR). A stride of at most 16 elements (G = 12) holds

@@ -20,8 +20,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .cost_model import disturbed_twins, kernel_ms
 from .model_constants import FAMILY_OUTLIER_FACTOR, FAMILY_OUTLIER_MIN_ROWS
+from .row_times import disturbed_twins, kernel_ms
 
 __all__ = ["read_todo", "suspect_rows", "suspects_todo", "write_todo"]
 
