@@ -31,8 +31,9 @@ import pandas as pd  # noqa: E402
 
 from instance_factory.tuning import database as db  # noqa: E402
 from instance_factory.tuning import untuned  # noqa: E402
-from instance_factory.tuning.cost_model import conv_class, kernel_ms  # noqa: E402
+from instance_factory.tuning.cost_model import conv_class  # noqa: E402
 from instance_factory.tuning.problem_sets import Problem  # noqa: E402
+from instance_factory.tuning.row_times import kernel_ms  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,15 @@ class _Tuned:
     foreign: bool = False  # measured on another device kind
     relayout_residual: float | None = None  # log(relayout's ms / (its twin's best + copies)), :func:`_fit_copy_bw`
 
+    @functools.cached_property
+    def by_family(self) -> dict[str, list[float]]:
+        """The corrections per signature head (layout family | kernel variant), once the evidence is built:
+        :func:`_family_farther` asks every problem it walks past."""
+        out: dict[str, list[float]] = {}
+        for sig, c in self.corrections.items():
+            out.setdefault(sig.split(":", 1)[0], []).append(c)
+        return out
+
 
 @dataclass
 class Evidence:
@@ -369,6 +378,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             preds.append(Prediction(name, alg, through_twin[0], through_twin[0], through_twin[1]))
             continue
         variant = kernel_variant(op, dtype, alg, params, cfg)
+        head = fam + "|" + variant
         sig = fam + "|" + signature(variant, cfg)
         m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg), group_major=fam == "gm",
                      channels_first=fam == "cf")
@@ -377,16 +387,15 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
             corr = _wmean(ws) + DISTANCE_PENALTY * seen[0][0]
             basis = f"measured on {len(seen)} neighbour(s), nearest at {seen[0][0]:.2f}"
-        elif fam + "|" + variant not in alg_corr and (
-                far := _family_farther(fam + "|" + variant, params.ndim, near, farther)):
-            corr = _wmean(far[1]) + UNSEEN_KERNEL + DISTANCE_PENALTY * far[0]
-            basis = f"model + its family's correction on farther problems (nearest at {far[0]:.2f})"
-        elif (family_rows := alg_corr.get(fam + "|" + variant)):
+        elif (family_rows := alg_corr.get(head)):
             # the family's rows are as far away as a measured kernel's: the same distance penalty, so a
             # kernel nobody measured never outranks one measured on the same neighbours (model_constants);
-            # likewise the neighbours' mean below, from the nearest neighbour
-            corr = _wmean(family_rows) + UNSEEN_KERNEL + DISTANCE_PENALTY * alg_nearest[fam + "|" + variant]
+            # likewise the two fallbacks below
+            corr = _wmean(family_rows) + UNSEEN_KERNEL + DISTANCE_PENALTY * alg_nearest[head]
             basis = f"model + its family's correction ({len(family_rows)} neighbour rows)"
+        elif (far := _family_farther(head, params.ndim, near, farther)):
+            corr = _wmean(far[1]) + UNSEEN_KERNEL + DISTANCE_PENALTY * far[0]
+            basis = f"model + its family's correction on farther problems (nearest at {far[0]:.2f})"
         elif all_corr:
             corr = _wmean(all_corr) + UNSEEN_ALGORITHM + DISTANCE_PENALTY * closest[0][0]
             basis = "model + the neighbours' mean correction (family not measured nearby)"
@@ -444,7 +453,7 @@ def _family_farther(head: str, ndim: int, near: Sequence[tuple[float, _Tuned]],
             break
         if t.params.ndim != ndim:
             continue
-        got = [c for sig, c in t.corrections.items() if sig.split(":", 1)[0] == head]
+        got = t.by_family.get(head)
         if got:
             first = d if first is None else first
             problems += 1

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..layouts import channels_last_twin
-from .cost_model import FAILED_FACTOR, Evidence, conv_class, kernel_ms, rank, repair_disturbed
+from .cost_model import FAILED_FACTOR, Evidence, conv_class, rank
+from .row_times import kernel_ms, repair_disturbed
 from .schema import problem_key
 
 __all__ = ["HIDE_MODES", "evaluate_databases", "layer_signature", "leave_one_out", "summarize", "summary_markdown"]

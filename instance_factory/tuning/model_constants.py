@@ -76,10 +76,10 @@ HOST_COST_MS: dict[tuple[str, str], float] = {}
 POINTER_GEMMS = ("igemm", "splitk_atomic", "splitk_reduce", "two_stage")
 UNALIGNED_FACTOR = 2.0
 # ``direct`` (both passes) on channels-last layers whose position stride G*C / G*K is over 16 without a
-# divisor of 16 (roofline._unaligned_channel_stride). Session 42, held-out rows and the H100 file's G = 72 layers: dgrad
-# 2.3-3.5x the best where aligned layers run it as the median best. Leave-one-out (layer hidden) 2 and 3 alike
-# (H100 0.9308, H200 0.9373); on the H100's held-out channels-last depthwise dgrad 3 lifts fp16 0.80 -> 0.89
-# (Xception's G728 19x19 layer: direct at 0.117 ms over dwtaps at 0.038 under 2).
+# divisor of 16 (roofline._unaligned_channel_stride). Session 42, held-out rows and the H100 file's G = 72
+# layers: dgrad 2.3-3.5x the best where aligned layers run it as the median best. Leave-one-out (layer hidden)
+# 2 and 3 alike (H100 0.9308, H200 0.9373); on the H100's held-out channels-last depthwise dgrad 3 lifts fp16
+# 0.80 -> 0.89 (Xception's G728 19x19 layer: direct at 0.117 ms over dwtaps at 0.038 under 2).
 DIRECT_UNALIGNED_FACTOR = 3.0
 
 LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,

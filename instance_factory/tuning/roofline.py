@@ -246,11 +246,12 @@ def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float
 def _unaligned_channel_stride(params: Any) -> bool:
     """Channels-last activations whose position stride (G*C, G*K elements) is over 16 without a divisor of
     16: ``direct`` (either pass) has no alignment constexpr, so Triton splits its channel loads into narrow
-    ones (the depthwise walks divide the strides by their vector width instead). Session 42, held-out layers (H100 and
-    H200, NHWGC): direct dgrad ran 2.3-3.5x the best on G = 120 and 728 (Xception, MoViNet) and on the H100
-    file's G = 72 (MobileNetV3) layers, where on aligned depthwise layers it is the median best; wgrad 2-4x
-    on G = 12 against 1.9x aligned (DIRECT_UNALIGNED_FACTOR). A stride of at most 16 elements (G = 12) holds
-    one short vector either way: dgrad ran 1.0-1.4x the best there, and the factor served it bdtap at 0.20."""
+    ones (the depthwise walks divide the strides by their vector width instead). Session 42, held-out layers
+    (H100 and H200, NHWGC): direct dgrad ran 2.3-3.5x the best on G = 120 and 728 (Xception, MoViNet) and on
+    the H100 file's G = 72 (MobileNetV3) layers, where on aligned depthwise layers it is the median best;
+    wgrad 2-4x on G = 12 against 1.9x aligned (DIRECT_UNALIGNED_FACTOR). A stride of at most 16 elements
+    (G = 12) holds one short vector either way: dgrad ran 1.0-1.4x the best there, and the factor served it
+    bdtap at 0.20. The fix at the kernel (the walks' strides_by_vec) would re-measure every direct row."""
     return any(n > 16 and n % 16 for n in (params.G * params.C, params.G * params.K))
 
 
