@@ -23,6 +23,7 @@ H0's code, where the full rows fill the GPU), so:
     apply h0.json h2.json --only relayout_without_pointwise FILES     # the rows not re-timed
     apply s30.json s31.json --only dgrad_pointwise_stride1 FILES      # session 31: strided bwd-data pointwise
     apply s32a.json s32b.json --only wgrad_tma_16bit,wgrad_relayout_tf32_before_s32 FILES  # session 32: dot_tn
+    apply s42.json s43.json --only relayout_wgrad_not_padvec FILES    # session 43: the padvec family
     instance-factory db compact --db FILE                              # one row per identity again
 """
 
@@ -32,6 +33,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -107,8 +109,22 @@ OTHER_CHECKS = {
     "dwplane_data_no_run": lambda row: (row["algorithm"] == "relayout"
                                         or (row["op"] == "conv_bwd_data" and row["algorithm"] == "dwplane"
                                             and _dwplane_data_run(row) == 0)),
+    # session 43: the new wgrad family padvec changed every wgrad relayout hash; a relayout row whose twin
+    # lookup can run neither padx nor padvec launched the same code as before, and would launch it today
+    "relayout_wgrad_not_padvec": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
+                                              and not _padvec_may_run(row)),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
+
+
+def _padvec_may_run(row: dict[str, str]) -> bool:
+    """padx or padvec could serve the row's problem (K >= 16 and C <= 8, or a dense layer of several taps with
+    C <= 32): relayout's twin lookup may have launched padx, or may launch padvec now."""
+    from instance_factory.problem import ConvParams
+    from instance_factory.tuning.schema import params_from_row
+
+    p = params_from_row(row) if "instance_params" in row else ConvParams.from_key(row["problem"])  # row / evidence
+    return p.K >= 16 and (p.C <= 8 or (p.G == 1 and p.C <= 32 and math.prod(p.filter) > 1))
 
 
 def _row_problem(row: dict[str, str], keys: tuple[str, ...], pattern: str):

@@ -37,7 +37,7 @@ from .bwd_weight_igemm_plan import SplitKConfig, check_tensors, choose_split_k, 
 from .common import _walk_advance, _walk_start, split_runner
 from .host import INT32_LIMIT, sm_count
 
-__all__ = ["ALGORITHM", "bind", "decline", "padded_extent"]
+__all__ = ["ALGORITHM", "MAX_C", "MIN_K", "bind", "bind_padded_gemm", "config_decline", "decline", "padded_extent"]
 
 OP_NAME = "conv_bwd_weight"
 ALGORITHM = "padx"
@@ -183,17 +183,31 @@ def decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: 
         return (f"padx serves few input channels: C <= {MAX_C} and K >= {MIN_K} per group (stems), got C={params.C}, "
                 f"K={params.K}; wider C gathers faster per tap with vector loads (igemm, split-K), and K < {MIN_K} "
                 "wastes most of a tensor-core tile (depthwise: dwslide, dwstream)")
+    return config_decline(cfg, params, layout, dtype, fused)
+
+
+def config_decline(cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType, fused: FusedOp,
+                   algorithm: str = ALGORITHM) -> str | None:
+    """What a GEMM over the padded copy (padx, padvec) declines whatever the channels, else None."""
     if cfg.spec != "default":
-        return f"padx has only the default spec, got spec={cfg.spec!r}"
+        return f"{algorithm} has only the default spec, got spec={cfg.spec!r}"
     if dtype.compute == "fp8":
-        return "padx has no fp8 path (two_stage and the split-K families have one)"
+        return f"{algorithm} has no fp8 path (two_stage and the split-K families have one)"
     return igemm_decline(cfg, params, layout, dtype, fused, "two_stage")  # config, ndim, smem, Ds
 
 
 def bind(args: RunArgs) -> Runner:
     """A runner: pad copy, GEMM, and (with several splits) the fixed-order reduce + epilogue."""
+    require_runnable(decline(args.cfg, args.params, args.layout, args.dtype, args.fused), "bwd-weight padx",
+                     args.params)
+    return bind_padded_gemm(args, _padx_gemm_kernel)
+
+
+def bind_padded_gemm(args: RunArgs, gemm_kernel, **constexprs) -> Runner:
+    """The runner of a GEMM over the padded copy (this module's, or padvec's with its ``constexprs``):
+    pad copy, GEMM, and (with several splits) the fixed-order reduce + epilogue. The caller has checked
+    that its instance runs the problem."""
     cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight padx", p)
     dev = check_tensors(args).device
     split = int(cfg.split_k) or choose_split_k(p, cfg, sm_count(dev), "two_stage")
 
@@ -231,10 +245,10 @@ def bind(args: RunArgs) -> Runner:
     pad_sizes = (GC, geo.C, Dp, Hp, Wp, Di, Hi, Wi, *geo.pad3, p_pad, *geo.x_strides)
 
     gemm = BoundKernel(
-        _padx_gemm_kernel, (tiles * split,),
+        gemm_kernel, (tiles * split,),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         CHUNK_ITERS=chunk_iters(cfg.block_k), MODE=mode, INT64=int64, UPCAST_F32=upcast,
-        INPUT_PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi,
+        INPUT_PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **epi, **constexprs,
     )
     sizes = (geo.G, geo.K, geo.C, geo.taps, FY, FX,
              xs_n, sd * xs_d, sh * xs_h, sw * xs_w, dd * xs_d, dh * xs_h, dw * xs_w,

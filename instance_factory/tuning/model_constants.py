@@ -84,7 +84,8 @@ DIRECT_UNALIGNED_FACTOR = 3.0
 
 LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"): 2,
             ("conv_bwd_weight", "two_stage"): 2, ("conv_bwd_weight", "splitk_atomic"): 3,
-            ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "tma"): 2, ("conv_bwd_data", "igemm"): 1,
+            ("conv_bwd_weight", "padx"): 3, ("conv_bwd_weight", "padvec"): 3, ("conv_bwd_weight", "tma"): 2,
+            ("conv_bwd_data", "igemm"): 1,
             ("conv_bwd_data", "tma"): 1, ("conv_bwd_data", "pointwise"): 1, ("conv_bwd_weight", "bdrow"): 2,
             ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
@@ -127,7 +128,7 @@ DISTURBED_SIBLING_FACTOR = 2.0
 # their first time.
 FAMILY_OUTLIER_FACTOR, FAMILY_OUTLIER_MIN_ROWS = 4.0, 4
 
-TAPS_IN_COLUMNS = ("two_stage", "padx")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
+TAPS_IN_COLUMNS = ("two_stage", "padx", "padvec")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 
 # ---- neighbour search -----------------------------------------------------------------------
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,

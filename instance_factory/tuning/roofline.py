@@ -46,7 +46,7 @@ __all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "pla
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
     """(batch, M, N, K) of the implicit GEMM a pass runs per group (bwd data: per stride phase;
-    ``two_stage`` and ``padx`` bwd weight fold the taps into N)."""
+    ``two_stage``, ``padx`` and ``padvec`` bwd weight fold the taps into N)."""
     p = params
     taps, phases = math.prod(p.filter), math.prod(p.stride)
     if op == "conv_bwd_data" and algorithm == "pointwise":  # one GEMM over grad_out's positions, any stride
@@ -162,7 +162,7 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
             copy_s = 2 * params.G * params.K * k * _elem_bytes(dtype) / MEM_BW
             mem_s += copy_s
             compute_s += copy_s
-        if algorithm == "padx":  # the padded input copy, a pass before the GEMM: written once, read back
+        if algorithm in ("padx", "padvec"):  # the padded input copy, a pass before the GEMM: written, read back
             copy_s = 2 * params.N * math.prod(params.reached_input) * params.G * params.C * _elem_bytes(dtype) / MEM_BW
             mem_s, compute_s = mem_s + copy_s, compute_s + copy_s
         if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
