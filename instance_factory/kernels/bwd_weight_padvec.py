@@ -13,7 +13,7 @@ stale every shipped padx row on every GPU, session 43):
 * the gather of a tile's columns is ALIGN-element runs of one tap's channels, contiguous and aligned in
   ``xp`` (C a multiple of ALIGN, ALIGN the 16 bytes' worth of channels that divides C), declared to
   Triton with ``multiple_of`` / ``max_contiguous``: one 16-byte load per run where padx issues one 2-byte
-  load per element (two_stage and padx lost every dense layer with C >= 16 to scalar gathers, session 11);
+  load per element (padx lost most layers with C >= 16 to its scalar gathers, session 11);
 * no column mask: columns past the last tap read the last tap's (valid) data and are dropped at the
   store. The mask was a per-element predicate, and where C is not a multiple of 16 it split the
   vectors. ``COL_MASK`` keeps it where one tile is wider than all the columns (wav2vec2's C = 1, 10-tap

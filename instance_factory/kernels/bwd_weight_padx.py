@@ -21,6 +21,8 @@ of ``two_stage`` (deterministic). Same blocked (two-level) fp32 summation as the
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -203,7 +205,7 @@ def bind(args: RunArgs) -> Runner:
     return bind_padded_gemm(args, _padx_gemm_kernel)
 
 
-def bind_padded_gemm(args: RunArgs, gemm_kernel, **constexprs) -> Runner:
+def bind_padded_gemm(args: RunArgs, gemm_kernel: Any, **constexprs: Any) -> Runner:
     """The runner of a GEMM over the padded copy (this module's, or padvec's with its ``constexprs``):
     pad copy, GEMM, and (with several splits) the fixed-order reduce + epilogue. The caller has checked
     that its instance runs the problem."""
