@@ -157,11 +157,9 @@ def _padvec_gemm_kernel(
 # host side
 # ------------------------------------------------------------------------------------------------
 def channel_align(c: int, itemsize: int) -> int:
-    """Elements per vector load of the gather: the largest power of two dividing C, at most 16 bytes."""
-    align = 1
-    while align * 2 * itemsize <= 16 and c % (align * 2) == 0:
-        align *= 2
-    return align
+    """Elements per vector load of the gather: the largest power of two dividing C (its lowest set bit),
+    at most 16 bytes."""
+    return min(c & -c, 16 // itemsize)
 
 
 def vector_domain(params: ConvParams, dtype: DataType) -> bool:
@@ -188,7 +186,7 @@ def bind(args: RunArgs) -> Runner:
     cfg, p, dt = args.cfg, args.params, args.dtype
     require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight padvec", p)
     return bind_padded_gemm(args, _padvec_gemm_kernel, ALIGN=channel_align(p.C, dt.data.itemsize),
-                            COL_MASK=p.C * math.prod(p.filter) < cfg.block_n)
+                            COL_MASK=p.C * args.geo.taps < cfg.block_n)
 
 
 ALG = register_algorithm(Algorithm(
