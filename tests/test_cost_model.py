@@ -164,6 +164,20 @@ def test_nearer_problems_and_same_kind_are_closer():
     assert same < sib < other
 
 
+def test_band_filters_are_far_from_square_ones():
+    """A 1x7 band and a 3x3 square have almost the same tap count, but the depthwise kernels that slide along
+    one axis win on bands and lose on squares (session 44: a SegNeXt 1x7 row priced Xception's 3x3 wgrad
+    at 0.10 of its best): the filter's aspect ratio is a feature of its own."""
+    def dw(filt, pad):
+        return ConvParams(2, 64, 32, 1, 1, filt, (56, 56), (1, 1), (1, 1), pad, pad)
+
+    d = C.neighbor_distance
+    square, band, long_band, tall_band = dw((3, 3), (1, 1)), dw((1, 7), (0, 3)), dw((1, 11), (0, 5)), dw((7, 1), (3, 0))
+    assert d("conv_bwd_weight", square, band) > 2.0 * d("conv_bwd_weight", band, long_band)
+    assert d("conv_bwd_weight", band, tall_band) == 0.0  # the aspect, not the axis: kernels see both
+    assert d("conv_bwd_data", square, dw((5, 5), (2, 2))) < d("conv_bwd_data", square, band)
+
+
 def test_group_major_is_its_own_layout_family_with_several_groups():
     """Few-channel kernels read group-major tensors 2-32 bytes a position: their channels-last timings
     say little there. With one group the two layouts are the same memory."""

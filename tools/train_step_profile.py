@@ -86,6 +86,7 @@ def _host_profile(model, x, y, path: str) -> None:
         _step(model, x, y)
     torch.cuda.synchronize()
     prof.disable()
+    prof.dump_stats(path.replace(".txt", ".prof"))  # the raw stats, for pstats on another machine
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(40)
     pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(40)
@@ -107,7 +108,7 @@ def main() -> int:
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
                     help="bf16 autocast (default) or float32 steps at PyTorch's cuDNN precision (TF32 by default)")
     ap.add_argument("--cprofile", action="store_true", help="also write the host profile of 5 steps of ours "
-                    "(cProfile, by own time) to <model>_host_profile.txt")
+                    "(cProfile, by own time) to <model>_host_profile.txt, raw stats to .prof")
     ns = ap.parse_args()
     AUTOCAST[0] = ns.precision == "bf16"
     import torchvision

@@ -75,12 +75,15 @@ def conv_class(params: Any) -> str:
 
 
 def features(op: str, params: Any) -> list[tuple[float, float]]:
-    """(weight, log2 value) pairs locating a problem for :func:`neighbor_distance`."""
+    """(weight, log2 value) pairs locating a problem for :func:`neighbor_distance`. ``aspect`` (the longest
+    filter side over the shortest) parts bands (1x7, 11x1, 51x5) from squares of as many taps: the kernels
+    that slide along one axis win on the former and lose on the latter (session 44)."""
     w = FEATURE_WEIGHTS
     _, m, n, k = gemm_shape(op, params)
     return [(w["M"], math.log2(m)), (w["N"], math.log2(n)), (w["K"], math.log2(k)),
             (w["taps"], math.log2(math.prod(params.filter))), (w["stride"], math.log2(math.prod(params.stride))),
-            (w["C"], math.log2(params.C)), (w["Kc"], math.log2(params.K)), (w["G"], math.log2(params.G))]
+            (w["C"], math.log2(params.C)), (w["Kc"], math.log2(params.K)), (w["G"], math.log2(params.G)),
+            (w["aspect"], math.log2(max(params.filter) / min(params.filter)))]
 
 
 def _feature_distance(fa: list[tuple[float, float]], fb: list[tuple[float, float]]) -> float:

@@ -131,8 +131,12 @@ FAMILY_OUTLIER_FACTOR, FAMILY_OUTLIER_MIN_ROWS = 4.0, 4
 TAPS_IN_COLUMNS = ("two_stage", "padx", "padvec")  # bwd-weight algorithms whose GEMM columns are (tap, c): N = C * taps
 
 # ---- neighbour search -----------------------------------------------------------------------
+# aspect (session 44): log2 of the filter's longest side over its shortest, weighted like the taps. With the
+# large_kernel_depthwise rows, a SegNeXt 1x7 band was Xception's 3x3 wgrad's nearest problem and priced a
+# row-sliding kernel there at 0.10 of the best; with the feature, leave-one-out (H100 file, layer hidden) over
+# the problems of session 43: 0.9302 -> 0.9310, below 0.5x 21 -> 19.
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
-                   "G": 0.5}
+                   "G": 0.5, "aspect": 2.0}
 CLASS_PENALTY = 6.0  # dense vs grouped vs depthwise: different kernels win
 DTYPE_PENALTY = {"same": 0.0, "sibling": 0.25, "same_size": 1.5, "other": 3.0}
 SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"}, {"fp16", "fp16_fp8"})
