@@ -134,7 +134,7 @@ TAPS_IN_COLUMNS = ("two_stage", "padx", "padvec")  # bwd-weight algorithms whose
 # aspect (session 44): log2 of the filter's longest side over its shortest, weighted like the taps. With the
 # large_kernel_depthwise rows, a SegNeXt 1x7 band was Xception's 3x3 wgrad's nearest problem and priced a
 # row-sliding kernel there at 0.10 of the best; with the feature, leave-one-out (H100 file, layer hidden) over
-# the problems of session 43: 0.9302 -> 0.9310, below 0.5x 21 -> 19.
+# the problems of session 43: 0.9302 -> 0.9310, below 0.5x 21 -> 19; H200 file 0.9359 -> 0.9359.
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
                    "G": 0.5, "aspect": 2.0}
 CLASS_PENALTY = 6.0  # dense vs grouped vs depthwise: different kernels win
