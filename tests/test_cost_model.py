@@ -493,11 +493,18 @@ def test_an_unmeasured_kernel_pays_the_distance_of_the_rows_that_price_it():
     got = _ranked(ev, op, p, cands, GM)
     assert got["m"].basis.startswith("measured") and "family's correction" in got["o"].basis
     assert "neighbours' mean" in got["x"].basis
-    m = {name: C.model_ms(op, p, "bf16", alg, c, group_major=True) for name, alg, c in cands}
-    corr = math.log(got["m"].predicted_ms / m["m"]) - C.DISTANCE_PENALTY * d  # the neighbour's own correction
-    for name, unseen in (("o", C.UNSEEN_KERNEL), ("x", C.UNSEEN_ALGORITHM)):
-        want = corr + unseen + C.DISTANCE_PENALTY * d
-        assert math.log(got[name].predicted_ms / m[name]) == pytest.approx(want, rel=1e-6)
+    parts = {name: R.model_parts(op, p, "bf16", alg, c, host_floor_ms=ev.floor(op, alg), group_major=True)
+             for name, alg, c in cands}
+    work_q, floor_q = R.model_parts(op, q, "bf16", "blockdiag", cfg, host_floor_ms=ev.floor(op, "blockdiag"),
+                                    group_major=True)
+    corr = C._work_correction(math.log(0.05), work_q, floor_q)  # the neighbour's own correction
+    for name, unseen in (("m", 0.0), ("o", C.UNSEEN_KERNEL)):  # the work scaled, the floor kept
+        work, floor = parts[name]
+        want = R.with_floor(work * math.exp(corr + unseen + C.DISTANCE_PENALTY * d), floor)
+        assert got[name].predicted_ms == pytest.approx(want, rel=1e-6)
+    # a family none of the closest measured: the whole call scaled by the others' mean correction
+    want = R.with_floor(*parts["x"]) * math.exp(corr + C.UNSEEN_ALGORITHM + C.DISTANCE_PENALTY * d)
+    assert got["x"].predicted_ms == pytest.approx(want, rel=1e-6)
 
 
 def test_a_family_none_of_the_closest_measured_is_priced_by_its_own_farther_rows():
@@ -517,9 +524,43 @@ def test_a_family_none_of_the_closest_measured_is_priced_by_its_own_farther_rows
     got = _ranked(ev, op, p, [("d", "direct", cfg)], GM)["d"]
     assert "farther problems" in got.basis
     far_row = next(t for t in ev.problems if t.params == far2d)
-    (far_corr,) = far_row.corrections.values()  # log(measured / model) there
+    (far_corr,) = far_row.corrections.values()  # log(measured work / modelled work) there
+    work, floor = R.model_parts(op, p, "bf16", "direct", cfg, host_floor_ms=ev.floor(op, "direct"), group_major=True)
     want = far_corr + C.UNSEEN_KERNEL + C.DISTANCE_PENALTY * C.neighbor_distance(op, p, far2d)
-    assert math.log(got.predicted_ms / got.model_ms) == pytest.approx(want, rel=1e-6)
+    assert got.predicted_ms == pytest.approx(R.with_floor(work * math.exp(want), floor), rel=1e-6)
     ev1d = C.Evidence.from_rows(rows + [_row(op, "GNWC/GKXC/GNWK", far1d, "d64", "direct", 2.0,
                                              cfg=json.dumps(measured))])
     assert "neighbours' mean" in _ranked(ev1d, op, p, [("d", "direct", cfg)], GM)["d"].basis
+
+
+def test_a_correction_scales_the_work_and_leaves_the_launch_floor():
+    """A kernel measured at 3x its roofline on a large layer is predicted at about 3x its work on another
+    large layer, but near its floor on a tiny one: the floor is what a launch costs, not a rate that the
+    neighbour's efficiency scales (session 45: tiny layers served a two-launch family because the
+    one-launch igemm's floor was scaled by its far neighbours' corrections)."""
+    small = ConvParams(2, 1, 1, 16, 16, (3, 3), (8, 8), (1, 1), (1, 1), (1, 1), (1, 1))
+    large = ConvParams(2, 1, 64, 256, 256, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    cfg = {"block_m": 64, "block_n": 64, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 3,
+           "split_k": 1, "spec": "default"}
+    op, alg = "conv_bwd_weight", "igemm"
+    work, _ = R.model_parts(op, large, "bf16", alg, cfg)
+
+    def row(p, ms):
+        return {"problem_key": f"{op}|{LAYOUT}|bf16|passthrough|{p.key()}", "status": "ok",
+                "instance": f"{op}-{alg}-x", "algorithm": alg, "instance_params": json.dumps(cfg), "median_ms": ms}
+
+    ev = C.Evidence.from_rows([row(large, 3 * work), row(small, 0.01)])
+    floor = ev.floor(op, alg)
+    tiny = C.rank(op, small, LAYOUT, "bf16", "passthrough", [("x", alg, cfg)], ev, exclude=row(small, 0)["problem_key"])
+    assert tiny.best.predicted_ms < 1.5 * floor  # the old rule: ~3x the floor
+    big = ConvParams(2, 1, 64, 256, 256, (3, 3), (48, 48), (1, 1), (1, 1), (1, 1), (1, 1))
+    pred = C.rank(op, big, LAYOUT, "bf16", "passthrough", [("x", alg, cfg)], ev).best.predicted_ms
+    big_work, _ = R.model_parts(op, big, "bf16", alg, cfg)
+    assert 2.5 * big_work < pred < 4.5 * big_work
+
+
+@pytest.mark.parametrize("measured", [0.012, 0.05, 1.0])
+def test_the_work_correction_inverts_the_floor_blend(measured):
+    work, floor = 0.02, 0.01
+    c = C._work_correction(math.log(measured), work, floor)
+    assert R.with_floor(work * math.exp(c), floor) == pytest.approx(measured, rel=1e-9)

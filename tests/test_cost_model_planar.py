@@ -51,7 +51,9 @@ def test_a_row_block_problem_takes_its_correction_from_row_block_neighbours():
     (corr,) = ev.tuned[rows_key].corrections.values()
     d = next(d for d, k in r.neighbors if k == rows_key)
     assert r.best.basis.startswith("measured on 1 neighbour")
-    assert r.best.predicted_ms == pytest.approx(r.best.model_ms * math.exp(corr + C.DISTANCE_PENALTY * d))
+    work, floor = R.model_parts(OP, target, "bf16", "dwplane", PLANE_CFG, host_floor_ms=ev.floor(OP, "dwplane"),
+                                channels_first=True)
+    assert r.best.predicted_ms == pytest.approx(R.with_floor(work * math.exp(corr + C.DISTANCE_PENALTY * d), floor))
 
 
 def test_dwplane_floor_is_one_launch():

@@ -83,8 +83,8 @@ def _print_explanation(ch: Any, top: int) -> None:
         print("explain    an exact hit: the fastest verified row measured for this very problem "
               "(--untuned shows what the cost model would serve)")
         return
-    print(f"explain    predicted ms = roofline model x correction measured for the same kernel on the "
-          f"nearest tuned problems; {len(ch.ranking)} instances can run it")
+    print(f"explain    predicted ms = the roofline's work x the correction measured for the same kernel on the "
+          f"nearest tuned problems, blended with its family's floor; {len(ch.ranking)} instances can run it")
     print(f"  {'#':>3} {'predicted ms':>12} {'model ms':>9}  instance  (evidence)")
     for n, p in enumerate(ch.ranking[:top], 1):
         print(f"  {n:>3} {p.predicted_ms:12.4g} {p.model_ms:9.4g}  {short_instance(p.name)}  ({p.basis})")

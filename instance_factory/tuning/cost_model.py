@@ -3,15 +3,17 @@
 The miss policy ``heuristic`` (``lookup.explain``) asks :func:`rank` for the instance to serve. For
 each runnable candidate it predicts the time on the problem as
 
-    log t(c, P) = log model(c, P) + mean_Q w_Q * [log measured(c, Q) - log model(c, Q)]
+    t(c, P) = blend(work(c, P) * exp(mean_Q w_Q * log[work_measured(c, Q) / work(c, Q)]), floor(c))
 
 over the nearest tuned problems Q that measured the same kernel (same family and tile/pipeline
-parameters, in any dtype or layout: fp16 and bf16 instances are one kernel). ``model`` is an
-analytic roofline (:func:`.roofline.model_ms`): the longest of tile-padded GEMM work over the dtype's tensor-core
+parameters, in any dtype or layout: fp16 and bf16 instances are one kernel). ``work`` is an analytic
+roofline (:func:`.roofline.model_parts`): the longest of tile-padded GEMM work over the dtype's tensor-core
 rate and the SM waves filled, the tiles' operand reads over L2 bandwidth, and bytes over memory
-bandwidth, blended with the family's floor (its fastest call in the data; ``FLOOR_BLEND_POWER``).
-The neighbour term carries what the model misses (a kernel's real efficiency): a new family needs no
-rule, only rows.
+bandwidth; ``blend`` joins it with the family's floor (its fastest call in the data, what a launch
+costs; ``FLOOR_BLEND_POWER``), and ``work_measured`` is the part of a measured call above that floor
+(:func:`_work_correction`). The neighbour term carries what the model misses (a kernel's real
+efficiency) and scales the work only: a kernel running at a third of the roofline on large layers
+does not take three launches' time on a tiny one. A new family needs no rule, only rows.
 
 Neighbours: problems of the same pass, by a weighted distance in a normalized problem space (log2
 of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
@@ -45,6 +47,7 @@ from .model_constants import (
     EXTRA_LAUNCH,
     FAILED_FACTOR,
     FEATURE_WEIGHTS,
+    FLOOR_BLEND_POWER,
     FUSED_PENALTY,
     HOST_COST_MS,
     LAUNCHES,
@@ -59,7 +62,7 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .roofline import block_mode, gemm_shape, model_ms, relayout_copy_bytes, tf32_split
+from .roofline import block_mode, gemm_shape, model_ms, model_parts, relayout_copy_bytes, tf32_split, with_floor
 from .row_times import disturbed_twins, kernel_ms, repair_disturbed
 from .schema import problem_key
 
@@ -228,8 +231,8 @@ class Evidence:
         for t in problems:  # log measured -> log(measured / model), the model at least its host floor
             for sig, log_ms in t.corrections.items():  # (the blend here too: H100 0.947 -> 0.941, model_constants)
                 alg = t.algorithms[sig]
-                model = max(_roofline_ms(t.op, t.params, t.dtype, alg, sig, sms), ev.floor(t.op, alg))
-                t.corrections[sig] = log_ms - math.log(model)
+                work, floor = _roofline_parts(t.op, t.params, t.dtype, alg, sig, sms, ev.floor(t.op, alg))
+                t.corrections[sig] = _work_correction(log_ms, work, floor)
         return ev
 
     def floor(self, op: str, algorithm: str) -> float:
@@ -240,6 +243,14 @@ class Evidence:
             known = [v for (o, _), v in self.host_floor_ms.items() if o == op]
             got = min(known) if known else 0.0
         return max(got, HOST_COST_MS.get((op, algorithm), 0.0))
+
+
+def _work_correction(log_ms: float, work: float, floor: float) -> float:
+    """log(measured work / modelled work): the correction c with with_floor(work * e^c, floor) = measured;
+    a call at its floor (measured <= floor) keeps at least a third of its time as work."""
+    q = FLOOR_BLEND_POWER
+    ms = math.exp(log_ms)
+    return math.log(max(ms ** q - floor ** q, (ms / 3) ** q) ** (1 / q) / max(work, 1e-6))
 
 
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
@@ -301,9 +312,10 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 
 
 @functools.lru_cache(maxsize=1 << 18)  # each rebuild of the evidence (a tier file changed) asks again
-def _roofline_ms(op: str, params: Any, dtype: str, algorithm: str, sig: str, sms: int) -> float:
-    return model_ms(op, params, dtype, algorithm, _cfg_of(sig), sms, group_major=sig.startswith("gm|"),
-                    channels_first=sig.startswith("cf|"))
+def _roofline_parts(op: str, params: Any, dtype: str, algorithm: str, sig: str, sms: int,
+                    floor_ms: float) -> tuple[float, float]:
+    return model_parts(op, params, dtype, algorithm, _cfg_of(sig), sms, floor_ms, group_major=sig.startswith("gm|"),
+                       channels_first=sig.startswith("cf|"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -383,8 +395,9 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
         variant = kernel_variant(op, dtype, alg, params, cfg)
         head = fam + "|" + variant
         sig = fam + "|" + signature(variant, cfg)
-        m = model_ms(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg), group_major=fam == "gm",
-                     channels_first=fam == "cf")
+        work, floor = model_parts(op, params, dtype, alg, cfg, evidence.sms, evidence.floor(op, alg),
+                                  group_major=fam == "gm", channels_first=fam == "cf")
+        m = with_floor(work, floor)
         seen = [(d, t) for d, t in near if sig in t.corrections and d <= MAX_EVIDENCE_DISTANCE][:NEIGHBORS_PER_KERNEL]
         if seen:
             ws = [(_neighbor_weight(d), t.corrections[sig]) for d, t in seen]
@@ -400,11 +413,17 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             corr = _wmean(far[1]) + UNSEEN_KERNEL + DISTANCE_PENALTY * far[0]
             basis = f"model + its family's correction on farther problems (nearest at {far[0]:.2f})"
         elif all_corr:
-            corr = _wmean(all_corr) + UNSEEN_ALGORITHM + DISTANCE_PENALTY * closest[0][0]
-            basis = "model + the neighbours' mean correction (family not measured nearby)"
+            # none of the closest problems measured the family: other families' work corrections say little about
+            # its own (a CUDA-core kernel's work is modelled far lower than its time), so the whole call is scaled
+            # by their mean, at the distance of the last of them (its own evidence is at least that far)
+            corr = _wmean(all_corr) + UNSEEN_ALGORITHM + DISTANCE_PENALTY * closest[-1][0]
+            preds.append(Prediction(name, alg, m * math.exp(corr), m,
+                                    "model + the neighbours' mean correction (family not measured nearby)"))
+            continue
         else:
             corr, basis = 0.0, "model only (no tuned problem of this pass)"
-        preds.append(Prediction(name, alg, m * math.exp(corr), m, basis))
+        # the correction scales the modelled work; the floor (what a launch costs) stays (_work_correction)
+        preds.append(Prediction(name, alg, with_floor(work * math.exp(corr), floor), m, basis))
     order = sorted(range(len(preds)), key=lambda i: (preds[i].predicted_ms, i))
     return Ranking([preds[i] for i in order], [(d, t.key) for d, t in closest])
 

@@ -40,7 +40,8 @@ from .model_constants import (
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
-__all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "plane_chunks", "relayout_copy_bytes",
+__all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "model_parts", "plane_chunks",
+           "relayout_copy_bytes",
            "tf32_split", "with_floor"]
 
 
@@ -100,6 +101,13 @@ def relayout_copy_bytes(params: Any, layout: str, dtype: str) -> int:
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
              sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False,
              channels_first: bool = False) -> float:
+    """:func:`model_parts` blended (:func:`with_floor`)."""
+    return with_floor(*model_parts(op, params, dtype, algorithm, cfg, sms, host_floor_ms, group_major, channels_first))
+
+
+def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
+                sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False,
+                channels_first: bool = False) -> tuple[float, float]:
     """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
     the waves the tiles fill, the fewest bytes over memory bandwidth), blended with the algorithm's
     host floor (:func:`with_floor`). ``group_major`` / ``channels_first``: the activations' layout family
@@ -187,7 +195,7 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
         if algorithm == "direct" and not (group_major or channels_first) and _unaligned_channel_stride(params):
             compute_s *= DIRECT_UNALIGNED_FACTOR
             mem_s *= DIRECT_UNALIGNED_FACTOR
-    return with_floor(1e3 * max(compute_s, mem_s), host_floor_ms)
+    return 1e3 * max(compute_s, mem_s), host_floor_ms
 
 
 def _plane_s(params: Any, dtype: str, cfg: Mapping[str, Any], work: Any = plane_work) -> float:
