@@ -497,7 +497,7 @@ def test_an_unmeasured_kernel_pays_the_distance_of_the_rows_that_price_it():
              for name, alg, c in cands}
     work_q, floor_q = R.model_parts(op, q, "bf16", "blockdiag", cfg, host_floor_ms=ev.floor(op, "blockdiag"),
                                     group_major=True)
-    corr = C._work_correction(math.log(0.05), work_q, floor_q)  # the neighbour's own correction
+    corr = R.work_correction(math.log(0.05), work_q, floor_q)  # the neighbour's own correction
     for name, unseen in (("m", 0.0), ("o", C.UNSEEN_KERNEL)):  # the work scaled, the floor kept
         work, floor = parts[name]
         want = R.with_floor(work * math.exp(corr + unseen + C.DISTANCE_PENALTY * d), floor)
@@ -524,10 +524,10 @@ def test_a_family_none_of_the_closest_measured_is_priced_by_its_own_farther_rows
     got = _ranked(ev, op, p, [("d", "direct", cfg)], GM)["d"]
     assert "farther problems" in got.basis
     far_row = next(t for t in ev.problems if t.params == far2d)
-    (far_corr,) = far_row.corrections.values()  # log(measured work / modelled work) there
-    work, floor = R.model_parts(op, p, "bf16", "direct", cfg, host_floor_ms=ev.floor(op, "direct"), group_major=True)
+    (far_corr,) = far_row.corrections.values()  # log(measured / model) there
     want = far_corr + C.UNSEEN_KERNEL + C.DISTANCE_PENALTY * C.neighbor_distance(op, p, far2d)
-    assert got.predicted_ms == pytest.approx(R.with_floor(work * math.exp(want), floor), rel=1e-6)
+    assert not R.work_modelled(op, "direct", cfg)  # priced by FLOPs: the correction scales the whole call
+    assert math.log(got.predicted_ms / got.model_ms) == pytest.approx(want, rel=1e-6)
     ev1d = C.Evidence.from_rows(rows + [_row(op, "GNWC/GKXC/GNWK", far1d, "d64", "direct", 2.0,
                                              cfg=json.dumps(measured))])
     assert "neighbours' mean" in _ranked(ev1d, op, p, [("d", "direct", cfg)], GM)["d"].basis
@@ -562,5 +562,25 @@ def test_a_correction_scales_the_work_and_leaves_the_launch_floor():
 @pytest.mark.parametrize("measured", [0.012, 0.05, 1.0])
 def test_the_work_correction_inverts_the_floor_blend(measured):
     work, floor = 0.02, 0.01
-    c = C._work_correction(math.log(measured), work, floor)
+    c = R.work_correction(math.log(measured), work, floor)
     assert R.with_floor(work * math.exp(c), floor) == pytest.approx(measured, rel=1e-9)
+
+
+def test_kernels_priced_by_flops_alone_keep_whole_call_corrections():
+    """The tile, byte and walk models scale their work; kernels priced by FLOPs at the CUDA cores' rate (direct,
+    depthwise wgrad) keep the whole-call correction: their time above the floor on small planes does not follow
+    their FLOPs (H200 leave-one-out: a G46 C8 7x7 wgrad served direct at 0.21 of bdwin otherwise)."""
+    gemm = {"block_m": 64, "block_n": 64, "block_k": 64}
+    assert R.work_modelled("conv_bwd_weight", "igemm", gemm) and R.work_modelled("conv_bwd_data", "tma",
+                                                                                   {"block_h": 8, "block_n": 64})
+    assert R.work_modelled("conv_bwd_data", "dwtaps", {}) and R.work_modelled("conv_bwd_data", "direct", {})
+    assert R.work_modelled("conv_bwd_weight", "dwplane", {}) and R.work_modelled("conv_bwd_weight", "relayout", {})
+    assert not R.work_modelled("conv_bwd_weight", "direct", {"block_p": 32, "block_ch": 32})
+    op, p = "conv_bwd_weight", ConvParams(2, 46, 64, 8, 8, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    q = ConvParams(2, 19, 64, 8, 8, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+    cfg = {"block_p": 32, "block_ch": 32, "num_warps": 4}
+    ev = C.Evidence.from_rows([_row(op, LAYOUT, q, "d", "direct", 0.0756, cfg=json.dumps(cfg))])
+    got = _ranked(ev, op, p, [("d", "direct", cfg)], LAYOUT)["d"]
+    (corr,) = ev.tuned[f"{op}|{LAYOUT}|bf16|passthrough|{q.key()}"].corrections.values()
+    d = C.neighbor_distance(op, p, q)
+    assert got.predicted_ms == pytest.approx(got.model_ms * math.exp(corr + C.DISTANCE_PENALTY * d), rel=1e-6)

@@ -11,9 +11,10 @@ roofline (:func:`.roofline.model_parts`): the longest of tile-padded GEMM work o
 rate and the SM waves filled, the tiles' operand reads over L2 bandwidth, and bytes over memory
 bandwidth; ``blend`` joins it with the family's floor (its fastest call in the data, what a launch
 costs; ``FLOOR_BLEND_POWER``), and ``work_measured`` is the part of a measured call above that floor
-(:func:`_work_correction`). The neighbour term carries what the model misses (a kernel's real
+(:func:`.roofline.work_correction`). The neighbour term carries what the model misses (a kernel's real
 efficiency) and scales the work only: a kernel running at a third of the roofline on large layers
-does not take three launches' time on a tiny one. A new family needs no rule, only rows.
+does not take three launches' time on a tiny one. Kernels whose work is their FLOPs at the CUDA cores' rate
+(:func:`.roofline.work_modelled` false) have the whole blend corrected. A new family needs no rule, only rows.
 
 Neighbours: problems of the same pass, by a weighted distance in a normalized problem space (log2
 of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
@@ -47,7 +48,6 @@ from .model_constants import (
     EXTRA_LAUNCH,
     FAILED_FACTOR,
     FEATURE_WEIGHTS,
-    FLOOR_BLEND_POWER,
     FUSED_PENALTY,
     HOST_COST_MS,
     LAUNCHES,
@@ -62,7 +62,17 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .roofline import block_mode, gemm_shape, model_ms, model_parts, relayout_copy_bytes, tf32_split, with_floor
+from .roofline import (
+    block_mode,
+    gemm_shape,
+    model_ms,
+    model_parts,
+    relayout_copy_bytes,
+    tf32_split,
+    with_floor,
+    work_correction,
+    work_modelled,
+)
 from .row_times import disturbed_twins, kernel_ms, repair_disturbed
 from .schema import problem_key
 
@@ -232,7 +242,10 @@ class Evidence:
             for sig, log_ms in t.corrections.items():  # (the blend here too: H100 0.947 -> 0.941, model_constants)
                 alg = t.algorithms[sig]
                 work, floor = _roofline_parts(t.op, t.params, t.dtype, alg, sig, sms, ev.floor(t.op, alg))
-                t.corrections[sig] = _work_correction(log_ms, work, floor)
+                if work_modelled(t.op, alg, _cfg_of(sig)):
+                    t.corrections[sig] = work_correction(log_ms, work, floor)
+                else:  # priced by FLOPs alone: the whole call (their time above the floor does not follow them)
+                    t.corrections[sig] = log_ms - math.log(max(work, floor))
         return ev
 
     def floor(self, op: str, algorithm: str) -> float:
@@ -243,14 +256,6 @@ class Evidence:
             known = [v for (o, _), v in self.host_floor_ms.items() if o == op]
             got = min(known) if known else 0.0
         return max(got, HOST_COST_MS.get((op, algorithm), 0.0))
-
-
-def _work_correction(log_ms: float, work: float, floor: float) -> float:
-    """log(measured work / modelled work): the correction c with with_floor(work * e^c, floor) = measured;
-    a call at its floor (measured <= floor) keeps at least a third of its time as work."""
-    q = FLOOR_BLEND_POWER
-    ms = math.exp(log_ms)
-    return math.log(max(ms ** q - floor ** q, (ms / 3) ** q) ** (1 / q) / max(work, 1e-6))
 
 
 def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
@@ -422,8 +427,9 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             continue
         else:
             corr, basis = 0.0, "model only (no tuned problem of this pass)"
-        # the correction scales the modelled work; the floor (what a launch costs) stays (_work_correction)
-        preds.append(Prediction(name, alg, with_floor(work * math.exp(corr), floor), m, basis))
+        # the correction scales the modelled work; the floor (what a launch costs) stays (work_correction)
+        pred = with_floor(work * math.exp(corr), floor) if work_modelled(op, alg, cfg) else m * math.exp(corr)
+        preds.append(Prediction(name, alg, pred, m, basis))
     order = sorted(range(len(preds)), key=lambda i: (preds[i].predicted_ms, i))
     return Ranking([preds[i] for i in order], [(d, t.key) for d, t in closest])
 

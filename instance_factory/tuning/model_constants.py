@@ -101,11 +101,11 @@ EXTRA_LAUNCH = 0.6
 # layer` with q = max / 6 / 4 / 3 / 2: H100 0.942 / 0.945 / 0.946 / 0.947 / 0.948, H200 0.926 / 0.927 /
 # 0.928 / 0.927 / 0.923; below 0.5x at q = 3: 8 -> 6 (H100), 13 -> 12 (H200). Since session 45 a
 # neighbour's correction is the measured work above the floor over the modelled work, and it scales the
-# work before the blend (cost_model._work_correction): before, it scaled the blend, so a kernel 3x off
+# work before the blend (roofline.work_correction): before, it scaled the blend, so a kernel 3x off
 # the roofline on large layers was priced at 3x its floor on tiny ones (a 16-channel 8x8 wgrad served
-# padvec's two launches, igemm's one launch priced 0.125 ms). `--hide layer`: H100 0.926 -> 0.927 (below
-# 0.5x 29 -> 22), H200 0.936 -> 0.937 (6 -> 11: direct's CUDA-core work on small grouped planes); the
-# fresh held-out sets replayed (six runs, both GPUs): 0.82-0.90 -> 0.88-0.94 each.
+# padvec's two launches, igemm's one launch priced 0.125 ms). Kernels priced by FLOPs alone keep the
+# whole-call rule (roofline.work_modelled). `--hide layer`: H100 0.926 -> 0.930 (below 0.5x 29 -> 19), H200
+# 0.936 -> 0.938 (6 -> 8); the fresh held-out sets replayed (six runs, both GPUs): 0.82-0.90 -> 0.86-0.93.
 FLOOR_BLEND_POWER = 3.0
 
 # A GEMM grid of at most one program per SM runs each SM below its share of the peak: one CTA cannot

@@ -41,8 +41,7 @@ from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgr
 from .walk_model import DIRECT_DGRAD, ROLL_WALKS, direct_data_s, roll_walk_s
 
 __all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "model_parts", "plane_chunks",
-           "relayout_copy_bytes",
-           "tf32_split", "with_floor"]
+           "relayout_copy_bytes", "tf32_split", "with_floor", "work_correction", "work_modelled"]
 
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
@@ -101,17 +100,32 @@ def relayout_copy_bytes(params: Any, layout: str, dtype: str) -> int:
 def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
              sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False,
              channels_first: bool = False) -> float:
-    """:func:`model_parts` blended (:func:`with_floor`)."""
+    """Roofline estimate of one call in ms: :func:`model_parts`' work blended with its floor (:func:`with_floor`)."""
     return with_floor(*model_parts(op, params, dtype, algorithm, cfg, sms, host_floor_ms, group_major, channels_first))
+
+
+def work_modelled(op: str, algorithm: str, cfg: Mapping[str, Any]) -> bool:
+    """Whether :func:`model_parts` models this kernel's work by its tiles, bytes or grid (the GEMM, packed
+    block-diagonal, planar and relayout families, the walks of walk_model), not as its FLOPs at the CUDA
+    cores' rate: the time of the latter on small planes has a per-call part above the launch floor that
+    their FLOPs do not show (H200, direct wgrad, G46 C8 7x7 plane: 2x the time per FLOP of a G19 C8 14x14 one)."""
+    if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD or algorithm in ("dwplane", "relayout"):
+        return True
+    if algorithm in ROLL_WALKS or (op, algorithm) == DIRECT_DGRAD:
+        return True
+    if ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
+        return True
+    return op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg
 
 
 def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
                 sms: int = DEFAULT_SMS, host_floor_ms: float = 0.0, group_major: bool = False,
                 channels_first: bool = False) -> tuple[float, float]:
-    """Roofline estimate of one call in ms: max(tile-padded GEMM work over the tensor-core rate and
-    the waves the tiles fill, the fewest bytes over memory bandwidth), blended with the algorithm's
-    host floor (:func:`with_floor`). ``group_major`` / ``channels_first``: the activations' layout family
-    (GN..C with several groups / NGC..), where some families load differently."""
+    """(work, floor) of one call in ms: the roofline's work, max(tile-padded GEMM work over the tensor-core
+    rate and the waves the tiles fill, the fewest bytes over memory bandwidth), and the algorithm's host
+    floor as the call pays it (``host_floor_ms``, times a second launch where the plan adds one); see
+    :func:`with_floor`. ``group_major`` / ``channels_first``: the activations' layout family (GN..C with
+    several groups / NGC..), where some families load differently."""
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
@@ -243,6 +257,14 @@ def with_floor(work_ms: float, floor_ms: float) -> float:
     """A call's work blended with its family's floor (``FLOOR_BLEND_POWER``): near the floor, work still shows."""
     q = FLOOR_BLEND_POWER
     return max((work_ms ** q + floor_ms ** q) ** (1 / q), 1e-4)
+
+
+def work_correction(log_ms: float, work_ms: float, floor_ms: float) -> float:
+    """log(measured work / modelled work) of a call measured at exp(``log_ms``) ms: the c with
+    with_floor(work * e^c, floor) = measured; a call at its floor keeps at least a third of its time as work."""
+    q = FLOOR_BLEND_POWER
+    ms = math.exp(log_ms)
+    return math.log(max(ms ** q - floor_ms ** q, (ms / 3) ** q) ** (1 / q) / max(work_ms, 1e-6))
 
 
 def dgrad_channel_padding(op: str, params: Any, cfg: Mapping[str, Any]) -> float:
