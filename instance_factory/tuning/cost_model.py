@@ -238,8 +238,8 @@ class Evidence:
                     floor[k] = min(floor[k], min(one) * (1 + EXTRA_LAUNCH * (n - 1)))
         ev = cls(problems, floor, sms)
         ev.copy_bw = _fit_copy_bw(ev)  # from the measured times, before they become corrections
-        for t in problems:  # log measured -> log(measured / model), the model at least its host floor
-            for sig, log_ms in t.corrections.items():  # (the blend here too: H100 0.947 -> 0.941, model_constants)
+        for t in problems:  # log measured -> the correction: measured work over modelled work (roofline)
+            for sig, log_ms in t.corrections.items():
                 alg = t.algorithms[sig]
                 work, floor = _roofline_parts(t.op, t.params, t.dtype, alg, sig, sms, ev.floor(t.op, alg))
                 if work_modelled(t.op, alg, _cfg_of(sig)):
