@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
+import json
 
 import pytest
 from tuning_helpers import isolated_tiers
@@ -138,8 +139,27 @@ def test_lookup_explain_bench_untuned_and_db_evaluate(tiers, tmp_path, capsys):
     assert "| problem | pass | dtype | class | untuned default |" in out and run[0].name.split("-")[1] in out
     assert "| data | dense | bf16 | 1 |" in out and "wrong result" not in out
 
-    assert main(["db", "evaluate", "--db", str(user / "cpu.csv")]) == 0
+    first = tmp_path / "loo.json"
+    assert main(["db", "evaluate", "--db", str(user / "cpu.csv"), "--json", str(first)]) == 0
     assert "each hidden in turn" in capsys.readouterr().out
+    results = json.loads(first.read_text())
+    assert results and all(r["device"] and 0 < r["ratio"] <= 1 for r in results)
+    assert main(["db", "evaluate", "--db", str(user / "cpu.csv"), "--compare", str(first)]) == 0
+    assert f"{len(results)} problems in both runs; 0 moved" in capsys.readouterr().out
+
+
+def test_compare_results_lists_the_problems_that_moved():
+    from instance_factory.tuning.miss_eval import compare_results
+
+    def res(key, ratio, chosen):
+        return {"device": "gpu", "problem_key": key, "ratio": ratio, "chosen": chosen}
+
+    before = [res("a", 0.9, "x"), res("b", 0.4, "y"), res("c", 1.0, "z")]
+    after = [res("a", 0.3, "w"), res("b", 0.95, "v"), res("c", 0.97, "z"), res("d", 1.0, "u")]
+    text = compare_results(before, after)
+    assert "3 problems in both runs; 2 moved by more than 10%; below 0.5x 1 -> 1" in text
+    assert "| 0.900 | 0.300 | a | x -> w |" in text and "| 0.400 | 0.950 | b | y -> v |" in text
+    assert "| c |" not in text
 
 
 def test_db_suspects_lists_disturbed_rows_and_tune_todo_times_exactly_them(tiers, tmp_path, capsys):

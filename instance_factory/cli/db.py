@@ -4,12 +4,14 @@
     instance-factory db prune --db tuning_db/nvidia-h100-80gb-hbm3.csv.gz  # drop rows of changed kernels
     instance-factory db evaluate                                      # leave-one-out score of the miss policy
     instance-factory db evaluate --hide layer                         # ... hiding each layer at every batch size
+    instance-factory db evaluate --hide layer --json new.json --compare old.json  # what a model change moved
     instance-factory db suspects --db FILE --todo suspects.json       # rows a disturbance slowed: time again
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
@@ -33,6 +35,9 @@ def register(subparsers: Any) -> None:
                    help="evaluate: hide each problem's own rows (default), or every problem of its layer (any "
                         "batch size, dtype, layout, fused op), as for a layer nobody tuned")
     p.add_argument("--todo", help="suspects: write them here as `tune --todo` input (JSON)")
+    p.add_argument("--json", dest="json_out", help="evaluate: also write each problem's result here (JSON)")
+    p.add_argument("--compare", help="evaluate: list the problems whose untuned / tuned-best ratio moved against "
+                                     "an earlier --json file")
     p.add_argument("--no-foreign", action="store_true",
                    help="evaluate: without the other GPU kinds' shipped rows as evidence (run-time lookups use them)")
     p.set_defaults(func=run)
@@ -43,10 +48,18 @@ def run(ns: argparse.Namespace) -> int:
 
     dev = current_device()
     if ns.action == "evaluate":
-        from ..tuning.miss_eval import evaluate_databases
+        import json
 
-        for table in evaluate_databases(ns.db, stale_rows=ns.all, hide=ns.hide, foreign=not ns.no_foreign):
+        from ..tuning.miss_eval import compare_results, evaluate_databases
+
+        results: list = []
+        for table in evaluate_databases(ns.db, stale_rows=ns.all, hide=ns.hide, foreign=not ns.no_foreign,
+                                        collect=results):
             print(table)
+        if ns.json_out:
+            Path(ns.json_out).write_text(json.dumps(results, default=str))
+        if ns.compare:
+            print(compare_results(json.loads(Path(ns.compare).read_text()), results))
         return 0
     if ns.db:
         from ..tuning.plan import resolve_db

@@ -166,13 +166,31 @@ def summary_markdown(results: Sequence[Mapping[str, Any]], title: str = "") -> s
     return "\n".join(x for x in lines if x) + "\n"
 
 
+def compare_results(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], *,
+                    moved: float = 0.1, top: int = 20) -> str:
+    """Markdown: the problems (per device) whose untuned / tuned-best ratio moved by more than ``moved`` (as a
+    fraction) between two leave-one-out runs, the ``top`` losses and gains, and the counts below 0.5x."""
+    old = {(r.get("device", ""), r["problem_key"]): r for r in before}
+    pairs = [(old[k], r) for r in after if (k := (r.get("device", ""), r["problem_key"])) in old]
+    changes = sorted(((math.log(b["ratio"] / a["ratio"]), a, b) for a, b in pairs
+                      if abs(math.log(b["ratio"] / a["ratio"])) > math.log1p(moved)), key=lambda x: x[0])
+    lines = [f"{len(pairs)} problems in both runs; {len(changes)} moved by more than {moved:.0%}; below 0.5x "
+             f"{sum(a['ratio'] < 0.5 for a, _ in pairs)} -> {sum(b['ratio'] < 0.5 for _, b in pairs)}", "",
+             "| before | after | problem | pick before -> after |", "|---:|---:|---|---|"]
+    shown = changes[:top] + [c for c in changes[-top:] if c not in changes[:top]]
+    for _, a, b in shown:
+        lines.append(f"| {a['ratio']:.3f} | {b['ratio']:.3f} | {b['problem_key']} | {a['chosen']} -> {b['chosen']} |")
+    return "\n".join(lines) + "\n"
+
+
 def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide: str = "problem",
-                       foreign: bool = True) -> Iterator[str]:
+                       foreign: bool = True, collect: list | None = None) -> Iterator[str]:
     """Leave-one-out score of the miss policy on each device's rows of ``db`` (default: every file of
     the system tier), one Markdown table per (file, device); rows of the current kernels (any
     software) unless ``stale_rows``; ``hide``: what is hidden per problem (:data:`HIDE_MODES`).
     ``foreign``: the other GPU kinds' shipped rows are evidence too, as at run time (hidden with the
-    problem or layer)."""
+    problem or layer). ``collect``: each problem's result (:func:`leave_one_out`, plus its device) is
+    appended to it."""
     from .database import read_db, registry_kernel_hashes, system_db_files, valid_rows
 
     paths = [db] if db else [str(p) for p in system_db_files()]
@@ -192,6 +210,8 @@ def evaluate_databases(db: str | None = None, *, stale_rows: bool = False, hide:
         for (device, sms), part in df.groupby(["device", "device_sms"]):
             others = [r for f in shipped if len(f) for r in f[f["device"] != device].to_dict("records")]
             res = leave_one_out(part.to_dict("records"), sms=int(sms) or 132, hide=hide, foreign_rows=others)
+            if collect is not None:
+                collect.extend({**r, "device": device} for r in res)
             what = "each hidden in turn" if hide == "problem" else "each hidden with every problem of its layer"
             if others:
                 what += f", other GPU kinds' rows ({len(others)}) as evidence"
