@@ -177,7 +177,7 @@ def compare_results(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping
     lines = [f"{len(pairs)} problems in both runs; {len(changes)} moved by more than {moved:.0%}; below 0.5x "
              f"{sum(a['ratio'] < 0.5 for a, _ in pairs)} -> {sum(b['ratio'] < 0.5 for _, b in pairs)}", "",
              "| before | after | problem | pick before -> after |", "|---:|---:|---|---|"]
-    shown = changes[:top] + [c for c in changes[-top:] if c not in changes[:top]]
+    shown = changes if len(changes) <= 2 * top else changes[:top] + changes[-top:]  # the worst losses and gains
     for _, a, b in shown:
         lines.append(f"| {a['ratio']:.3f} | {b['ratio']:.3f} | {b['problem_key']} | {a['chosen']} -> {b['chosen']} |")
     return "\n".join(lines) + "\n"

@@ -104,18 +104,29 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
     return with_floor(*model_parts(op, params, dtype, algorithm, cfg, sms, host_floor_ms, group_major, channels_first))
 
 
+def _work_kind(op: str, algorithm: str, cfg: Mapping[str, Any]) -> str:
+    """Which of :func:`model_parts`' models prices this kernel's work: ``packed`` (block-diagonal dgrad tiles),
+    ``plane`` (dwplane), ``gemm`` (tiles of an implicit GEMM), ``relayout``, ``window`` (bdrow / bdwin),
+    ``walk`` (walk_model's CUDA-core walks) or ``flops`` (its FLOPs at the CUDA cores' rate)."""
+    if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
+        return "packed"
+    if algorithm == "dwplane":
+        return "plane"
+    if ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
+        return "gemm"
+    if algorithm == "relayout":
+        return "relayout"
+    if op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg:
+        return "window"
+    return "walk" if algorithm in ROLL_WALKS or (op, algorithm) == DIRECT_DGRAD else "flops"
+
+
 def work_modelled(op: str, algorithm: str, cfg: Mapping[str, Any]) -> bool:
     """Whether :func:`model_parts` models this kernel's work by its tiles, bytes or grid (the GEMM, packed
     block-diagonal, planar and relayout families, the walks of walk_model), not as its FLOPs at the CUDA
     cores' rate: the time of the latter on small planes has a per-call part above the launch floor that
     their FLOPs do not show (H200, direct wgrad, G46 C8 7x7 plane: 2x the time per FLOP of a G19 C8 14x14 one)."""
-    if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD or algorithm in ("dwplane", "relayout"):
-        return True
-    if algorithm in ROLL_WALKS or (op, algorithm) == DIRECT_DGRAD:
-        return True
-    if ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
-        return True
-    return op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg
+    return _work_kind(op, algorithm, cfg) != "flops"
 
 
 def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str, Any],
@@ -129,16 +140,17 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
     sms = sms or DEFAULT_SMS
     rbytes = 4 if dtype == "bf16_fp32w" else None
     mem_s = params.bytes_moved(op, _elem_bytes(dtype), result_bytes=rbytes) / MEM_BW
-    if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
+    kind = _work_kind(op, algorithm, cfg)
+    if kind == "packed":
         padded, fill = blockdiag_dgrad_work(params, algorithm, cfg, sms)
         compute_s = padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill)
         if channels_first:  # channel gathers across planes (model_constants.PLANAR_PACKED_BW)
             mem_s *= MEM_BW / PLANAR_PACKED_BW
-    elif algorithm == "dwplane":
+    elif kind == "plane":
         compute_s = _plane_s(params, dtype, cfg, plane_work if op == "conv_bwd_weight" else plane_data_work)
         if op == "conv_bwd_weight" and plane_chunks(params, cfg, sms) > 1:  # + the split reduce's launch
             host_floor_ms *= 1 + EXTRA_LAUNCH
-    elif ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
+    elif kind == "gemm":
         batch, m, n, k = gemm_shape(op, params, algorithm)
         bn = int(cfg["block_n"])
         if "block_h" in cfg:  # tma dgrad: block_h x block_w patches of each phase's (h, w) plane
@@ -190,11 +202,11 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
         if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
             compute_s *= UNALIGNED_FACTOR
             mem_s *= UNALIGNED_FACTOR
-    elif algorithm == "relayout":  # channels-last copies of input and grad_out, then a tensor-core GEMM
+    elif kind == "relayout":  # channels-last copies of input and grad_out, then a tensor-core GEMM
         act = params.N * params.G * (params.C * math.prod(params.input) + params.K * math.prod(params.output))
         mem_s += 2 * act * _elem_bytes(dtype) / MEM_BW
         compute_s = params.flops() / PEAK_FLOPS.get(_compute_type(dtype), 350e12)
-    elif op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg:
+    elif kind == "window":
         pipe_s = 0.0
         if algorithm == "bdrow":
             padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
@@ -204,7 +216,7 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
     else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
-        walk = roll_walk_s if algorithm in ROLL_WALKS else direct_data_s if (op, algorithm) == DIRECT_DGRAD else None
+        walk = (roll_walk_s if algorithm in ROLL_WALKS else direct_data_s) if kind == "walk" else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
         if algorithm == "direct" and not (group_major or channels_first) and _unaligned_channel_stride(params):
             compute_s *= DIRECT_UNALIGNED_FACTOR
