@@ -269,9 +269,11 @@ def test_order_candidates_puts_likely_fast_ones_first():
                                                     (1, 1), (1, 1)), LAYOUT, "bf16")
     run, _ = get_registry().candidates(depthwise.op, depthwise.params, LAYOUT, "bf16", "passthrough")
     order = C.order_candidates(depthwise, run)
-    n_direct = sum(i.algorithm in ("direct", "dwroll", "dwtaps") for i in run)
+    n_direct = sum(C._gemm_mn(depthwise, i) is None for i in run)  # the untiled families (no block_m x block_n)
     assert 0 < n_direct < len(run) and sorted(i.name for i in order) == sorted(i.name for i in run)
-    assert {i.algorithm for i in order[:n_direct]} == {"direct", "dwroll", "dwtaps"}  # C = K = 1: the direct-style ones first
+    first = {i.algorithm for i in order[:n_direct]}  # C = K = 1: the direct-style ones first
+    assert {"direct", "dwroll", "dwtaps", "dwtile"} <= first and all(C._gemm_mn(depthwise, i) is None
+                                                                    for i in order[:n_direct])
     tc = order[n_direct:]  # then the tensor-core tiles, smallest padding waste (block_n vs C = 1) first
     assert tc[0].cfg["block_n"] == min(i.cfg["block_n"] for i in tc)
 

@@ -2,7 +2,8 @@
 
 from instance_factory.problem import ConvParams
 from instance_factory.tuning import cost_model as cm
-from instance_factory.tuning.walk_model import direct_data_s, roll_walk_s
+from instance_factory.tuning import roofline
+from instance_factory.tuning.walk_model import direct_data_s, roll_walk_s, tile_data_s
 
 # MobileNetV2's G32 112x112 3x3 depthwise layer at N 64: a whole-phase walk of 64-wide tiles and 32
 # channels has 128 programs (under one per SM); 16-row strips of 32-wide tiles have 3,136
@@ -45,3 +46,17 @@ def test_direct_dgrad_by_its_grid():
     assert per_image > small / 64  # one image cannot fill the SMs: not 64x less time
     assert direct_data_s(layer, STRIPS, 50e12, 132) is None
     assert cm.model_ms("conv_bwd_data", layer, "bf16", "direct", dict(block_p=16, block_ch=128, num_warps=4)) > 0
+
+
+def test_dwtile_by_its_grid_and_registers():
+    """dwtile: its registers grow with the elements per thread times the taps whose loads are in flight at
+    once, so 16 elements per thread keep fewer warps resident (slower per FLOP) than 8 (MobileNetV2's G144
+    56x56 3x3 layer); the roofline prices the family by this term, and configs without its fields are not
+    modelled."""
+    layer = ConvParams(2, 144, 128, 1, 1, (3, 3), (56, 56), (1, 1), (1, 1), (1, 1), (1, 1))
+    eight = dict(block_h=4, block_w=8, block_ch=16, num_warps=2)  # 8 elements per thread
+    sixteen = dict(eight, block_ch=32)  # 16 per thread: twice the FLOPs per program
+    assert tile_data_s(layer, sixteen, 50e12, 132) > tile_data_s(layer, eight, 50e12, 132)
+    assert roofline.work_modelled("conv_bwd_data", "dwtile", eight)
+    assert cm.model_ms("conv_bwd_data", layer, "bf16", "dwtile", eight) > 0
+    assert tile_data_s(layer, dict(block_p=64, block_ch=64, num_warps=4), 50e12, 132) is None

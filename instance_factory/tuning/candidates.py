@@ -70,7 +70,7 @@ def order_candidates(problem: Problem, instances: Sequence[Any]) -> list[Any]:
     """``instances`` likely-fast first, so the pruning rule has a good best time early.
 
     Few-channel problems (C and K per group <= FEW_CHANNELS): the untiled families (``direct``,
-    ``dwroll``, ``dwtaps``) first, then the tensor-core families; otherwise the tensor-core families first.
+    ``dwroll``, ``dwtaps``, ``dwtile``) first, then the tensor-core families; otherwise the tensor-core families first.
     Within a group, tiles with less padding waste on the problem's GEMM (tile area / useful area,
     in half-octave steps) first; ties keep registry order. Only the order changes, never the set.
     """

@@ -1,4 +1,5 @@
-"""The cost model's term for the CUDA-core dgrad kernels: the rolling-row walks (``dwroll``, ``dwtaps``), ``direct``.
+"""The cost model's term for the CUDA-core dgrad kernels: the rolling-row walks (``dwroll``, ``dwtaps``), ``direct``,
+``dwtile``.
 
 These kernels run on CUDA cores and, on the H100, are bound by instruction latency at low
 occupancy (session 24: the best ConvNeXt-T configs leave ~2.5 warps per scheduler), so their time
@@ -17,12 +18,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kernels.depthwise_roll import RollWalk
+from ..kernels.depthwise_tile import TilePlan
 
-__all__ = ["DIRECT_DGRAD", "ROLL_WALKS", "WARPS_TO_SATURATE", "direct_data_s", "roll_walk_s"]
+__all__ = ["DIRECT_DGRAD", "ROLL_WALKS", "TILE_DGRAD", "WARPS_TO_SATURATE", "direct_data_s", "roll_walk_s",
+           "tile_data_s"]
 
 #: the bwd-data families that walk grad_out rows with rolling accumulator slots
 ROLL_WALKS = ("dwroll", "dwtaps")
 DIRECT_DGRAD = ("conv_bwd_data", "direct")  # (op, algorithm) timed by :func:`direct_data_s`
+TILE_DGRAD = ("conv_bwd_data", "dwtile")  # timed by :func:`tile_data_s`
 # resident warps per SM from which the FMA pipes stay busy. `db evaluate --hide layer` over depthwise
 # dgrad (H100 file, 130 problems; 0.896 without this term): 8 0.887, 16 0.888, 32 0.911, 48 0.914,
 # 64 0.918, 128 0.913. These kernels' latency is hidden only by warps, up to full occupancy.
@@ -74,3 +78,20 @@ def roll_walk_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: in
     per_program = 2.0 * (walk.rows + walk.slots - 1) * bw * bch * walk.slots * walk.w_taps * fz
     regs = (walk.slots + 2) * bw * bch / (32 * warps) + _BASE_REGS
     return _occupied_s(walk.programs(params), per_program, warps, regs, flops_per_s, sms)
+
+
+def tile_data_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: int) -> float | None:
+    """Seconds of ``dwtile``: a block_h x block_w tile of input positions x block_ch channels per program,
+    every tap, by the same occupancy rule. Its taps' loads are all in flight at once, each a 16-byte vector
+    (4 registers) per 8 elements: 144 registers at 16 elements per thread on a 3x3 filter (Nsight Compute,
+    session 46), which this count (2 per accumulator, half a register per element per tap, the base) gives."""
+    try:
+        bh, bw, bch, warps = (int(cfg[k]) for k in ("block_h", "block_w", "block_ch", "num_warps"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    taps = math.prod(params.filter)
+    per_thread = bh * bw * bch / (32 * warps)
+    per_program = 2.0 * bh * bw * bch * taps
+    regs = min(255.0, per_thread * (2 + taps / 2) + _BASE_REGS)
+    programs = TilePlan.plan(params, bh, bw, bch).programs(params)
+    return _occupied_s(programs, per_program, warps, regs, flops_per_s, sms)
