@@ -160,6 +160,9 @@ def test_compare_results_lists_the_problems_that_moved():
     assert "3 problems in both runs; 2 moved by more than 10%; below 0.5x 1 -> 1" in text
     assert "| 0.900 | 0.300 | a | x -> w |" in text and "| 0.400 | 0.950 | b | y -> v |" in text
     assert "| c |" not in text
+    # a run written before the results named their device: paired by problem key
+    undated = [{k: v for k, v in r.items() if k != "device"} for r in before]
+    assert "3 problems in both runs; 2 moved" in compare_results(undated, after)
 
 
 def test_db_suspects_lists_disturbed_rows_and_tune_todo_times_exactly_them(tiers, tmp_path, capsys):

@@ -24,6 +24,7 @@ H0's code, where the full rows fill the GPU), so:
     apply s30.json s31.json --only dgrad_pointwise_stride1 FILES      # session 31: strided bwd-data pointwise
     apply s32a.json s32b.json --only wgrad_tma_16bit,wgrad_relayout_tf32_before_s32 FILES  # session 32: dot_tn
     apply s42.json s43.json --only relayout_wgrad_not_padvec FILES    # session 43: the padvec family
+    apply s45.json s46.json --only relayout_dgrad_not_dwtile FILES    # session 46: the dwtile family
     instance-factory db compact --db FILE                              # one row per identity again
 """
 
@@ -113,8 +114,21 @@ OTHER_CHECKS = {
     # lookup can run neither padx nor padvec launched the same code as before, and would launch it today
     "relayout_wgrad_not_padvec": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
                                               and not _padvec_may_run(row)),
+    # session 46: the new dgrad family dwtile changed every dgrad relayout hash; a relayout row whose twin dwtile
+    # cannot run (not depthwise at stride 1) launched the same code as before, and would launch it today
+    "relayout_dgrad_not_dwtile": lambda row: (row["op"] == "conv_bwd_data" and row["algorithm"] == "relayout"
+                                              and not _dwtile_may_run(row)),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
+
+
+def _dwtile_may_run(row: dict[str, str]) -> bool:
+    """dwtile could serve the row's problem's channels-last twin (depthwise, C = K = 1, stride 1)."""
+    from instance_factory.problem import ConvParams
+    from instance_factory.tuning.schema import params_from_row
+
+    p = params_from_row(row) if "instance_params" in row else ConvParams.from_key(row["problem"])  # row / evidence
+    return p.C == 1 and p.K == 1 and all(s == 1 for s in p.stride)
 
 
 def _padvec_may_run(row: dict[str, str]) -> bool:

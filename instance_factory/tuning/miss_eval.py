@@ -170,8 +170,14 @@ def compare_results(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping
                     moved: float = 0.1, top: int = 20) -> str:
     """Markdown: the problems (per device) whose untuned / tuned-best ratio moved by more than ``moved`` (as a
     fraction) between two leave-one-out runs, the ``top`` losses and gains, and the counts below 0.5x."""
-    old = {(r.get("device", ""), r["problem_key"]): r for r in before}
-    pairs = [(old[k], r) for r in after if (k := (r.get("device", ""), r["problem_key"])) in old]
+    # a run written before the results named their device pairs by problem key alone
+    by_device = all("device" in r for r in (*before, *after))
+
+    def key(r: Mapping[str, Any]) -> tuple[str, str]:
+        return (r["device"] if by_device else "", r["problem_key"])
+
+    old = {key(r): r for r in before}
+    pairs = [(old[k], r) for r in after if (k := key(r)) in old]
     changes = sorted(((math.log(b["ratio"] / a["ratio"]), a, b) for a, b in pairs
                       if abs(math.log(b["ratio"] / a["ratio"])) > math.log1p(moved)), key=lambda x: x[0])
     lines = [f"{len(pairs)} problems in both runs; {len(changes)} moved by more than {moved:.0%}; below 0.5x "
