@@ -35,7 +35,6 @@ from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
-from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import DirectStyleConfig, require_contiguous
@@ -216,8 +215,7 @@ def decline(cfg: DwTileConfig, p: ConvParams, layout: LayoutTriple, dtype: DataT
     taps = p.spatial3("filter")
     if taps[0] * taps[1] * taps[2] > MAX_TAPS:
         return f"the filter has {taps[0] * taps[1] * taps[2]} taps: more than dwtile's {MAX_TAPS} unrolled taps"
-    geo = ConvGeometry.build(p, layout)
-    if geo.x_strides[0] != 1 or geo.y_strides[0] != 1:
+    if not (layout.input.endswith("GC") and layout.output.endswith("GK")):  # g next to the unit C: stride 1
         return (f"dwtile puts the channels on the vector lanes, which {layout.input} and {layout.output} do not "
                 "keep contiguous: dwplane serves planar depthwise layers")
     _, hi, wi = p.spatial3("input")
