@@ -122,22 +122,24 @@ OTHER_CHECKS = {
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
 
-def _dwtile_may_run(row: dict[str, str]) -> bool:
-    """dwtile could serve the row's problem's channels-last twin (depthwise, C = K = 1, stride 1)."""
+def _row_params(row: dict[str, str]):
+    """The ConvParams of a database row, or of an evidence line from its problem key."""
     from instance_factory.problem import ConvParams
     from instance_factory.tuning.schema import params_from_row
 
-    p = params_from_row(row) if "instance_params" in row else ConvParams.from_key(row["problem"])  # row / evidence
+    return params_from_row(row) if "instance_params" in row else ConvParams.from_key(row["problem"])
+
+
+def _dwtile_may_run(row: dict[str, str]) -> bool:
+    """dwtile could serve the row's problem's channels-last twin (depthwise, C = K = 1, stride 1)."""
+    p = _row_params(row)
     return p.C == 1 and p.K == 1 and all(s == 1 for s in p.stride)
 
 
 def _padvec_may_run(row: dict[str, str]) -> bool:
     """padx or padvec could serve the row's problem (K >= 16 and C <= 8, or a dense layer of several taps with
     C <= 32): relayout's twin lookup may have launched padx, or may launch padvec now."""
-    from instance_factory.problem import ConvParams
-    from instance_factory.tuning.schema import params_from_row
-
-    p = params_from_row(row) if "instance_params" in row else ConvParams.from_key(row["problem"])  # row / evidence
+    p = _row_params(row)
     return p.K >= 16 and (p.C <= 8 or (p.G == 1 and p.C <= 32 and math.prod(p.filter) > 1))
 
 

@@ -26,6 +26,7 @@ Grid = (row strips: (n, i_d, H phase, strip), channel blocks x column tiles x W 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -37,6 +38,7 @@ from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm
 from ..dtypes import DataType
 from ..epilogue import FusedOp, apply_epilogue, epilogue_args, user_fn_or_noop
 from ..fast_launch import BoundKernel
+from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import MAX_GRID_YZ, DirectStyleConfig, require_contiguous
@@ -44,7 +46,7 @@ from .depthwise_stream import strides_by_vec
 from .host import INT32_LIMIT
 
 __all__ = ["ALGORITHM", "MAX_SLOTS", "DwRollConfig", "RollWalk", "bind", "decline", "row_slots", "strip_rows_reason",
-           "walk_decline"]
+           "tap_major_table", "walk_decline"]
 
 MAX_SLOTS = 8  # accumulator slots: taps of one H phase
 _MAX_REGS_PER_THREAD = 128  # fp32 slots + the loaded grad_out tile per thread: no spills
@@ -64,6 +66,24 @@ def _tap_major_kernel(w_ptr, wt_ptr, G, GP, TAPS, FY, FX, ws_g, ws_z, ws_y, ws_x
     z = tap // (FX * FY)
     v = tl.load(w_ptr + g * ws_g + z * ws_z + y * ws_y + x * ws_x, mask=live, other=0.0)
     tl.store(wt_ptr + tap * GP + g, v.to(tl.float32), mask=live)
+
+
+def tap_major_table(geo: ConvGeometry, gp: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function making :func:`_tap_major_kernel`'s fp32 [tap, gp] table of a weight (one tiny launch); its
+    rows past G are left unwritten (the kernels reading it never store those lanes)."""
+    taps, G = geo.taps, geo.G
+    table_block = 1024
+    table = BoundKernel(_tap_major_kernel, (triton.cdiv(taps * G, table_block),), BLOCK=table_block, num_warps=4)
+    _, fy, fx = geo.filt3
+    ws = geo.w_strides
+    sizes = (G, gp, taps, fy, fx, ws[0], ws[3], ws[4], ws[5])
+
+    def make(w: torch.Tensor) -> torch.Tensor:
+        wt = torch.empty(taps * gp, dtype=torch.float32, device=w.device)
+        table(w, wt, *sizes)
+        return wt
+
+    return make
 
 
 @triton.jit
@@ -358,17 +378,10 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
              walk.nr_h, walk.strips, walk.rows, walk.ch_blocks, walk.col_tiles, walk.xstep,
              walk.xstep * geo.dil3[2] // geo.stride3[2],
              xs_v[1], xs_v[3], xs_v[4], xs_v[5], xs_v[0], ys_v[1], ys_v[3], ys_v[4], ys_v[5], ys_v[0])
-    taps = geo.taps
-    table_block = 1024
-    table = BoundKernel(_tap_major_kernel, (triton.cdiv(taps * G, table_block),), BLOCK=table_block, num_warps=4)
-    fz, fy, fx = geo.filt3
-    ws = geo.w_strides
-    table_sizes = (G, gp, taps, fy, fx, ws[0], ws[3], ws[4], ws[5])
+    weight_table = tap_major_table(geo, gp)
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        wt = torch.empty(taps * gp, dtype=torch.float32, device=out.device)
-        table(w, wt, *table_sizes)
-        main(dy, wt, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+        main(dy, weight_table(w), out, *epilogue_args(ds, out), alpha, beta, *sizes)
 
     return run
 

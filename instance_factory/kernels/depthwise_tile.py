@@ -38,7 +38,7 @@ from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .common import DirectStyleConfig, require_contiguous
-from .depthwise_roll import _tap_major_kernel
+from .depthwise_roll import _tap_major_kernel, tap_major_table
 from .depthwise_stream import strides_by_vec
 from .host import INT32_LIMIT
 
@@ -189,16 +189,10 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     gp = triton.cdiv(G, block_ch) * block_ch  # every channel block reads a whole row of the table
     sizes = (gp, G // vec, *geo.in3, *geo.out3, *geo.dil3, *geo.pad3, plan.tiles_h, plan.tiles_w, plan.ch_blocks,
              xs_v[1], xs_v[3], xs_v[4], xs_v[5], ys_v[1], ys_v[3], ys_v[4], ys_v[5])
-    taps = fz * fy * fx
-    table_block = 1024
-    table = BoundKernel(_tap_major_kernel, (triton.cdiv(taps * gp, table_block),), BLOCK=table_block, num_warps=4)
-    ws = geo.w_strides
-    table_sizes = (G, gp, taps, fy, fx, ws[0], ws[3], ws[4], ws[5])
+    weight_table = tap_major_table(geo, gp)
 
     def run(dy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ds: tuple, alpha: float, beta: float) -> None:
-        wt = torch.empty(taps * gp, dtype=torch.float32, device=out.device)
-        table(w, wt, *table_sizes)
-        main(dy, wt, out, *epilogue_args(ds, out), alpha, beta, *sizes)
+        main(dy, weight_table(w), out, *epilogue_args(ds, out), alpha, beta, *sizes)
 
     return run
 

@@ -38,7 +38,7 @@ from .model_constants import (
     UNALIGNED_FACTOR,
 )
 from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work
-from .walk_model import DIRECT_DGRAD, ROLL_WALKS, TILE_DGRAD, direct_data_s, roll_walk_s, tile_data_s
+from .walk_model import walk_term
 
 __all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "model_parts", "plane_chunks",
            "relayout_copy_bytes", "tf32_split", "with_floor", "work_correction", "work_modelled"]
@@ -118,7 +118,7 @@ def _work_kind(op: str, algorithm: str, cfg: Mapping[str, Any]) -> str:
         return "relayout"
     if op == "conv_bwd_weight" and algorithm in ("bdrow", "bdwin") and "block_w" in cfg:
         return "window"
-    return "walk" if algorithm in ROLL_WALKS or (op, algorithm) in (DIRECT_DGRAD, TILE_DGRAD) else "flops"
+    return "walk" if walk_term(op, algorithm) else "flops"
 
 
 def work_modelled(op: str, algorithm: str, cfg: Mapping[str, Any]) -> bool:
@@ -216,10 +216,7 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
         if split > 1:  # fp32 partial slices written and read back once
             mem_s += 2 * 4 * split * params.numel("weight") / MEM_BW
     else:  # CUDA-core kernels; the rolling-row walks and direct dgrad by the warps their grid keeps resident
-        walk = None
-        if kind == "walk":
-            walk = (roll_walk_s if algorithm in ROLL_WALKS
-                    else tile_data_s if (op, algorithm) == TILE_DGRAD else direct_data_s)
+        walk = walk_term(op, algorithm) if kind == "walk" else None
         compute_s = (walk and walk(params, cfg, CUDA_CORE_FLOPS, sms)) or params.flops() / CUDA_CORE_FLOPS
         if algorithm == "direct" and not (group_major or channels_first) and _unaligned_channel_stride(params):
             compute_s *= DIRECT_UNALIGNED_FACTOR

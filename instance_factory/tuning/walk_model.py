@@ -14,14 +14,14 @@ dwtaps over direct on 14x14 maps with many channels; `--hide layer` depthwise dg
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..kernels.depthwise_roll import RollWalk
 from ..kernels.depthwise_tile import TilePlan
 
 __all__ = ["DIRECT_DGRAD", "ROLL_WALKS", "TILE_DGRAD", "WARPS_TO_SATURATE", "direct_data_s", "roll_walk_s",
-           "tile_data_s"]
+           "tile_data_s", "walk_term"]
 
 #: the bwd-data families that walk grad_out rows with rolling accumulator slots
 ROLL_WALKS = ("dwroll", "dwtaps")
@@ -95,3 +95,10 @@ def tile_data_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: in
     regs = min(255.0, per_thread * (2 + taps / 2) + _BASE_REGS)
     programs = TilePlan.plan(params, bh, bw, bch).programs(params)
     return _occupied_s(programs, per_program, warps, regs, flops_per_s, sms)
+
+
+def walk_term(op: str, algorithm: str) -> Callable[[Any, Mapping[str, Any], float, int], float | None] | None:
+    """The function of this module that times ``algorithm``'s kernel, None for a kernel it does not model."""
+    if algorithm in ROLL_WALKS:
+        return roll_walk_s
+    return {DIRECT_DGRAD: direct_data_s, TILE_DGRAD: tile_data_s}.get((op, algorithm))
