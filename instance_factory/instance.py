@@ -48,6 +48,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "mma_rows": "mr",
     "taps_x": "tx",
     "dy_read": "",
+    "row_stages": "rs",
 }
 # the value 0 of these parameters means "chosen by the launcher" / "all": written as a word
 _ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all", "block_x": "auto", "unroll": "auto",

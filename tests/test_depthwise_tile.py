@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ALG = ALGORITHMS[("conv_bwd_data", "dwtile")]
-CFG = dict(block_h=4, block_w=4, block_ch=8, num_warps=1)
+CFG = dict(block_h=4, block_w=4, block_ch=8, row_stages=0, num_warps=1)
 
 
 def check(p, dtype: str = "fp32", **kw) -> None:
@@ -66,6 +66,18 @@ def test_interior_and_edge_tiles(p, dtype):
     """Planes large enough for tiles whose every tap lies inside (the unmasked path) beside edge tiles,
     with a whole channel block (G a multiple of 8) and, at G=24 with 16-channel blocks, a partial one."""
     check(p, dtype=dtype, cfg=dict(block_ch=16 if p.G == 24 else 8), seed=108)
+
+
+@pytest.mark.parametrize("p", [P(1, 12, 2, 1, 1, (5,), (13,), (1,), (2,), (4,), (3,)),
+                               P(2, 24, 1, 1, 1, (5, 3), (14, 13), (1, 1), (2, 1), (4, 1), (4, 1)),
+                               P(3, 10, 2, 1, 1, (3, 3, 2), (4, 5, 6), (1, 1, 1), (2, 1, 1), (2, 1, 2), (1, 0, 1))],
+                         ids=["1d", "2d-dilated", "3d"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_row_loop(p, dtype):
+    """row_stages=1: the filter rows in a runtime loop (rows of no taps, dilated rows, a 3D filter's planes
+    unrolled around it), interior and edge tiles."""
+    cfg = dict(block_h=1, block_w=8) if p.ndim == 1 else dict(block_ch=16 if p.G == 24 else 8)
+    check(p, dtype=dtype, cfg=dict(cfg, row_stages=1), seed=109)
 
 
 def test_valid_and_oversized_pads():
@@ -114,5 +126,6 @@ def test_declines_and_configs():
     assert "grad_in elements per thread" in ALG.decline(cfg.replace(block_h=8, block_w=8, block_ch=64, num_warps=2),
                                                        dw, lt, dt, fused)
     assert ALG.check_config(dict(CFG, block_h=3)) == "block_h=3 must be a power of two from 1 to 1024"
-    assert ALG.check_config(dict(block_h=8)) == (
-        "config lacks block_w, block_ch, num_warps (dwtile takes block_h, block_w, block_ch, num_warps)")
+    assert ALG.check_config(dict(CFG, row_stages=2)).startswith("row_stages=2 must be 0 (every tap unrolled) or 1")
+    assert ALG.check_config(dict(block_h=8)) == ("config lacks block_w, block_ch, row_stages, num_warps (dwtile takes "
+                                                 "block_h, block_w, block_ch, row_stages, num_warps)")

@@ -60,3 +60,15 @@ def test_dwtile_by_its_grid_and_registers():
     assert roofline.work_modelled("conv_bwd_data", "dwtile", eight)
     assert cm.model_ms("conv_bwd_data", layer, "bf16", "dwtile", eight) > 0
     assert tile_data_s(layer, dict(block_p=64, block_ch=64, num_warps=4), 50e12, 132) is None
+
+
+def test_dwtile_row_loop_holds_one_filter_row():
+    """With the filter rows in a runtime loop (row_stages 1) only a row's taps hold registers: more warps stay
+    resident, so the same tile is priced faster, by more on a 7x7 (7 of 49 taps live) than on a 3x3 (3 of 9)."""
+    def gain(filt: int) -> float:
+        pad = filt // 2
+        layer = ConvParams(2, 96, 64, 1, 1, (filt, filt), (56, 56), (1, 1), (1, 1), (pad, pad), (pad, pad))
+        unrolled = dict(block_h=4, block_w=8, block_ch=32, row_stages=0, num_warps=2)
+        return tile_data_s(layer, unrolled, 50e12, 132) / tile_data_s(layer, dict(unrolled, row_stages=1), 50e12, 132)
+
+    assert gain(7) > gain(3) > 1.0

@@ -26,6 +26,12 @@ H0's code, where the full rows fill the GPU), so:
     apply s42.json s43.json --only relayout_wgrad_not_padvec FILES    # session 43: the padvec family
     apply s45.json s46.json --only relayout_dgrad_not_dwtile FILES    # session 46: the dwtile family
     instance-factory db compact --db FILE                              # one row per identity again
+
+A new config parameter renames every instance of its family. Where one value of it compiles the code of
+before (the PTX diffed), ``add-param`` moves the rows and evidence measured with the old code to the new
+name (the parameter added to ``instance_params``) and hash; rows measured with other code stay stale:
+
+    add-param old.json new.json dwtile row_stages 0 FILES             # session 47: dwtile's row loop
 """
 
 from __future__ import annotations
@@ -245,6 +251,68 @@ def _rekey_jsonl(text: str, mapping: dict[str, tuple[str, str]], only=None) -> t
     return "\n".join(lines) + ("\n" if text.endswith("\n") else ""), changed, kept
 
 
+def _renames(algorithm: str, param: str, value: int) -> dict[str, tuple[str, dict]]:
+    """old instance name -> (its name with ``param`` = ``value`` added, that config) for every instance of
+    ``algorithm`` in today's registry with that value: the old name is today's name without the parameter."""
+    from types import SimpleNamespace
+
+    from instance_factory.algorithms import ALGORITHMS
+    from instance_factory.instance import config_tag
+    from instance_factory.registry import get_registry
+
+    out = {}
+    for inst in get_registry().instances():
+        if inst.algorithm != algorithm or inst.cfg.get(param) != value:
+            continue
+        alg = ALGORITHMS[(inst.op, algorithm)]
+        tag = config_tag(alg, inst.cfg)
+        old_tag = config_tag(SimpleNamespace(param_names=[n for n in alg.param_names if n != param]), inst.cfg)
+        out[inst.name[: -len(tag)] + old_tag] = (inst.name, inst.cfg)
+    return out
+
+
+def add_param(old_path: str, new_path: str, algorithm: str, param: str, value: int, files: list[str]) -> None:
+    old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
+    renames = _renames(algorithm, param, value)
+    for f in files:
+        raw = Path(f).read_bytes()
+        text = (gzip.decompress(raw) if is_compressed(f) else raw).decode("utf-8")
+        changed = kept = 0
+        if f.endswith((".csv", ".csv.gz")):
+            rows = list(csv.reader(io.StringIO(text)))
+            head = rows[0]
+            i_inst, i_hash, i_params = head.index("instance"), head.index("kernel_hash"), head.index("instance_params")
+            for row in rows[1:]:
+                hit = renames.get(row[i_inst])
+                if hit and row[i_hash] == old.get(row[i_inst]):
+                    cfg = {**json.loads(row[i_params]), param: value}
+                    row[i_inst], row[i_hash] = hit[0], new[hit[0]]
+                    row[i_params] = json.dumps(dict(sorted(cfg.items())), separators=(",", ":"))
+                    changed += 1
+                elif hit:
+                    kept += 1
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows(rows)
+            out = buf.getvalue()
+        else:
+            lines = []
+            for line in text.splitlines():
+                rec = json.loads(line) if line.strip() else None
+                hit = renames.get(rec.get("instance", "")) if isinstance(rec, dict) else None
+                if hit and rec.get("kernel_hash") == old.get(rec["instance"]):
+                    line = json.dumps({**rec, "instance": hit[0], "kernel_hash": new[hit[0]]})
+                    changed += 1
+                elif hit:
+                    kept += 1
+                lines.append(line)
+            out = "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+        if out != text:
+            tmp = Path(f + ".rekey.tmp")
+            tmp.write_bytes(encode_text(f, out))
+            os.replace(tmp, f)
+        print(f"{f}: {changed} renamed, {kept} of the family left stale")
+
+
 def apply(old_path: str, new_path: str, files: list[str], only: str | None = None) -> None:
     old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
     mapping = {name: (old[name], new[name]) for name in old.keys() & new.keys()}
@@ -265,6 +333,8 @@ def apply(old_path: str, new_path: str, files: list[str], only: str | None = Non
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "dump":
         dump(sys.argv[2])
+    elif len(sys.argv) >= 8 and sys.argv[1] == "add-param":
+        add_param(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7:])
     elif (len(sys.argv) >= 7 and sys.argv[1] == "apply" and sys.argv[4] == "--only"
           and set(sys.argv[5].split(",")) <= ONLY):
         apply(sys.argv[2], sys.argv[3], sys.argv[6:], only=sys.argv[5])

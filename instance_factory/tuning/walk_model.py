@@ -82,17 +82,21 @@ def roll_walk_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: in
 
 def tile_data_s(params: Any, cfg: Mapping[str, Any], flops_per_s: float, sms: int) -> float | None:
     """Seconds of ``dwtile``: a block_h x block_w tile of input positions x block_ch channels per program,
-    every tap, by the same occupancy rule. Its taps' loads are all in flight at once, each a 16-byte vector
-    (4 registers) per 8 elements: 144 registers at 16 elements per thread on a 3x3 filter (Nsight Compute,
-    session 46), which this count (2 per accumulator, half a register per element per tap, the base) gives."""
+    every tap, by the same occupancy rule. Unrolled (row_stages 0), its taps' loads are all in flight at once,
+    each a 16-byte vector (4 registers) per 8 elements: 144 registers at 16 elements per thread on a 3x3 filter
+    (Nsight Compute, session 46), which this count (2 per accumulator, half a register per element per live
+    tap, the base) gives; with the row loop (row_stages 1) a filter row's taps are live (72 registers on that
+    3x3, 114 on a 7x7, 111 at 32 elements on the 3x3: session 47)."""
     try:
         bh, bw, bch, warps = (int(cfg[k]) for k in ("block_h", "block_w", "block_ch", "num_warps"))
+        row_loop = int(cfg.get("row_stages", 0)) > 0
     except (KeyError, TypeError, ValueError):
         return None
     taps = math.prod(params.filter)
+    live = params.spatial3("filter")[2] if row_loop else taps
     per_thread = bh * bw * bch / (32 * warps)
     per_program = 2.0 * bh * bw * bch * taps
-    regs = min(255.0, per_thread * (2 + taps / 2) + _BASE_REGS)
+    regs = min(255.0, per_thread * (2 + live / 2) + _BASE_REGS)
     programs = TilePlan.plan(params, bh, bw, bch).programs(params)
     return _occupied_s(programs, per_program, warps, regs, flops_per_s, sms)
 
