@@ -103,3 +103,30 @@ def test_dwplane_data_run_blocks_stay_stale():
     out, changed, kept = tool._rekey_jsonl("\n".join(json.dumps(x) for x in lines) + "\n", {name: ("old", "new")},
                                            tool._any_of("dwplane_data_no_run"))
     assert [json.loads(x)["kernel_hash"] for x in out.splitlines()] == ["old", "new"] and (changed, kept) == (1, 1)
+
+
+def test_add_param_renames_the_rows_of_the_old_build(tmp_path):
+    """Session 47's ``row_stages``: a dwtile row measured with the old build's hash moves to the name with
+    ``_rs0`` and the new hash (the parameter added to its params); a row of another hash stays as it was, and
+    so do other families' rows; evidence lines move the same way."""
+    new_name = "conv_bwd_data-dwtile-NHWGC_GKYXC_NHWGK-fp16-passthrough-bh8_bw8_ch16_rs0_w2"
+    old_name = new_name.replace("_rs0", "")
+    cfg = {"block_ch": 16, "block_h": 8, "block_w": 8, "num_warps": 2}
+    (tmp_path / "old.json").write_text(json.dumps({old_name: "h_old", "other": "h_o"}))
+    (tmp_path / "new.json").write_text(json.dumps({new_name: "h_new", "other": "h_o"}))
+    shape = ["2", "144", "8", "1", "1", "3x3", "8x8", "1x1", "1x1", "1x1", "1x1"]
+    rows = [_row(old_name, "dwtile", cfg, shape, op="conv_bwd_data"),
+            _row(old_name, "dwtile", cfg, shape, op="conv_bwd_data"),
+            _row("other", "direct", {"block_p": 16}, shape, op="conv_bwd_data")]
+    rows[0][1], rows[1][1], rows[2][1] = "h_old", "h_stale", "h_o"
+    db = tmp_path / "rows.csv"
+    db.write_text(_text(rows))
+    ev = tmp_path / "ev.jsonl"
+    ev.write_text(json.dumps({"device": "x"}) + "\n" + json.dumps({"instance": old_name, "kernel_hash": "h_old"}) + "\n")
+    tool.add_param(str(tmp_path / "old.json"), str(tmp_path / "new.json"), "dwtile", "row_stages", 0,
+                   [str(db), str(ev)])
+    got = list(csv.reader(io.StringIO(db.read_text())))[1:]
+    assert (got[0][0], got[0][1]) == (new_name, "h_new") and json.loads(got[0][4]) == dict(cfg, row_stages=0)
+    assert got[1][:2] == [old_name, "h_stale"] and got[2][:2] == ["other", "h_o"]
+    line = json.loads(ev.read_text().splitlines()[1])
+    assert (line["instance"], line["kernel_hash"]) == (new_name, "h_new")
