@@ -15,6 +15,12 @@ all of them in flight at once. The taps re-read the tile's halo from L1 / L2 (a 
 re-read to (TH + FY - 1)(TW + FX - 1) / (TH*TW) of the tile from L2, against (FY)(TW + FX - 1) / TW
 for one row). The weight goes through dwroll's fp32 [tap, G] table (one tiny launch), so a tap's
 weights for a channel block are one contiguous vector instead of a gather at the filter's stride.
+With every tap unrolled a thread holds every tap's loaded tile at once (144 registers at 16 elements per
+thread on a 3x3, 19% occupancy: latency bound again, session 46). ``row_stages`` 1 walks the filter rows in a
+runtime loop around the unrolled W taps, so one row's loads are live (72 registers there): more warps stay
+resident, 1.16-1.23x on 112x112 planes, 7x7 and 3D layers (session 47). Its build with ``row_stages`` 0 is
+session 46's code (the same PTX).
+
 Stride 1 only: then every tap meets every input position and no program idles on a stride phase
 (strided layers keep the walks, which skip the taps a phase lacks). Strides other than the channel
 one travel divided by VEC (as in ``dwstream``) so the 16-byte channel runs are provable.
@@ -126,6 +132,20 @@ def _tap_rows_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, W
 
 
 @triton.jit
+def _taps(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
+          tz_step, ty_step, tx_step, dil_d, dil_h, dil_w,
+          FZ: tl.constexpr, FY: tl.constexpr, FX: tl.constexpr, VEC: tl.constexpr,
+          TP: tl.constexpr, BLOCK_CH: tl.constexpr, MASKED: tl.constexpr, ROW_STAGES: tl.constexpr):
+    if ROW_STAGES == 0:
+        acc = _tap_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
+                       tz_step, ty_step, tx_step, dil_d, dil_h, dil_w, FZ, FY, FX, VEC, TP, BLOCK_CH, MASKED)
+    else:
+        acc = _tap_rows_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
+                            tz_step, ty_step, tx_step, dil_d, dil_h, dil_w, FZ, FY, FX, VEC, TP, BLOCK_CH, MASKED)
+    return acc
+
+
+@triton.jit
 def _dwtile_kernel(
     dy_ptr, wt_ptr, out_ptr, d0_ptr, d1_ptr, d2_ptr, d3_ptr,
     alpha, beta,
@@ -169,26 +189,16 @@ def _dwtile_kernel(
               & (h0 + pad_h - (FY - 1) * dil_h >= 0) & (h0 + TH - 1 + pad_h < Ho)
               & (w0 + pad_w - (FX - 1) * dil_w >= 0) & (w0 + TW - 1 + pad_w < Wo))
     if inside:
-        if ROW_STAGES == 0:
-            acc = _tap_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
-                           dil_d * ys_d, dil_h * ys_h, dil_w * ys_w, dil_d, dil_h, dil_w,
-                           FZ, FY, FX, VEC, TH * TW, BLOCK_CH, False)
-        else:
-            acc = _tap_rows_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
-                                dil_d * ys_d, dil_h * ys_h, dil_w * ys_w, dil_d, dil_h, dil_w,
-                                FZ, FY, FX, VEC, TH * TW, BLOCK_CH, False)
+        acc = _taps(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
+                    dil_d * ys_d, dil_h * ys_h, dil_w * ys_w, dil_d, dil_h, dil_w,
+                    FZ, FY, FX, VEC, TH * TW, BLOCK_CH, False, ROW_STAGES)
         full = tl.full((TH * TW, BLOCK_CH), 1, tl.int1)
         acc = apply_epilogue(acc, offs, full, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
         tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty))
     else:
-        if ROW_STAGES == 0:
-            acc = _tap_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
-                           dil_d * ys_d, dil_h * ys_h, dil_w * ys_w, dil_d, dil_h, dil_w,
-                           FZ, FY, FX, VEC, TH * TW, BLOCK_CH, True)
-        else:
-            acc = _tap_rows_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
-                                dil_d * ys_d, dil_h * ys_h, dil_w * ys_w, dil_d, dil_h, dil_w,
-                                FZ, FY, FX, VEC, TH * TW, BLOCK_CH, True)
+        acc = _taps(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pad_d, pad_h, pad_w,
+                    dil_d * ys_d, dil_h * ys_h, dil_w * ys_w, dil_d, dil_h, dil_w,
+                    FZ, FY, FX, VEC, TH * TW, BLOCK_CH, True, ROW_STAGES)
         smask = pos_ok[:, None] & cmask[None, :]
         acc = apply_epilogue(acc, offs, smask, d0_ptr, d1_ptr, d2_ptr, d3_ptr, alpha, beta, OP, NUM_DS, USER_FN)
         tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=smask)
@@ -201,7 +211,7 @@ class DwTileConfig(DirectStyleConfig):
     block_h: int
     block_w: int
     block_ch: int
-    row_stages: int  # 0: every tap unrolled; k > 0: a runtime loop over filter rows with k pipeline stages
+    row_stages: int  # 0: every tap unrolled; 1: the filter rows in a runtime loop (one row's taps live)
     num_warps: int
 
     ALGORITHM: ClassVar[str] = "dwtile"
