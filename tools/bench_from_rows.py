@@ -23,14 +23,8 @@ def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") != 1:
         sys.exit(__doc__)
     device, software = run_device(pd.read_csv(argv[0], low_memory=False))
-    real = db.current_device
-    with db.emulated(device, software) as key:
-        db.current_device = lambda *a, **k: real(key)  # bench asks for the machine's own device
-        try:
-            return cli_main(["bench", *argv[2:]])
-        finally:
-            db.current_device = real
-
+    with db.emulated(device, software, as_current=True):  # bench asks for the machine's own device
+        return cli_main(["bench", *argv[2:]])
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -210,6 +210,12 @@ def _any_of(names: str):
     return lambda row: any(c(row) for c in others) or (bool(kinds) and _pointwise_reduce(row) in kinds)
 
 
+def _csv_text(rows: list[list[str]]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
 def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
     rows = list(csv.reader(io.StringIO(text)))
     head = rows[0]
@@ -222,9 +228,7 @@ def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tup
             changed += 1
         else:
             kept += 1
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(rows)
-    return out.getvalue(), changed, kept
+    return _csv_text(rows), changed, kept
 
 
 def _evidence_accepts(only, rec: dict) -> bool:
@@ -271,64 +275,65 @@ def _renames(algorithm: str, param: str, value: int) -> dict[str, tuple[str, dic
     return out
 
 
-def add_param(old_path: str, new_path: str, algorithm: str, param: str, value: int, files: list[str]) -> None:
-    old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
-    renames = _renames(algorithm, param, value)
+def _rename_csv(text: str, renames: dict, old: dict, new: dict, param: str, value: int) -> tuple[str, int, int]:
+    rows = list(csv.reader(io.StringIO(text)))
+    head = rows[0]
+    i_inst, i_hash, i_params = head.index("instance"), head.index("kernel_hash"), head.index("instance_params")
+    changed = kept = 0
+    for row in rows[1:]:
+        hit = renames.get(row[i_inst])
+        if hit and row[i_hash] == old.get(row[i_inst]):
+            cfg = {**json.loads(row[i_params]), param: value}
+            row[i_inst], row[i_hash] = hit[0], new[hit[0]]
+            row[i_params] = json.dumps(dict(sorted(cfg.items())), separators=(",", ":"))
+            changed += 1
+        elif hit:
+            kept += 1
+    return _csv_text(rows), changed, kept
+
+
+def _rename_jsonl(text: str, renames: dict, old: dict, new: dict) -> tuple[str, int, int]:
+    lines, changed, kept = [], 0, 0
+    for line in text.splitlines():
+        rec = json.loads(line) if line.strip() else None
+        hit = renames.get(rec.get("instance", "")) if isinstance(rec, dict) else None
+        if hit and rec.get("kernel_hash") == old.get(rec["instance"]):
+            line = json.dumps({**rec, "instance": hit[0], "kernel_hash": new[hit[0]]})
+            changed += 1
+        elif hit:
+            kept += 1
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else ""), changed, kept
+
+
+def _rewrite(files: list[str], on_csv, on_jsonl, said: str) -> None:
+    """Each file through ``on_csv`` (database rows) or ``on_jsonl`` (evidence lines), text -> (text, changed,
+    kept), written back atomically in the bytes storage.write_db would write (the shipped tier: gzip'd)."""
     for f in files:
         raw = Path(f).read_bytes()
         text = (gzip.decompress(raw) if is_compressed(f) else raw).decode("utf-8")
-        changed = kept = 0
-        if f.endswith((".csv", ".csv.gz")):
-            rows = list(csv.reader(io.StringIO(text)))
-            head = rows[0]
-            i_inst, i_hash, i_params = head.index("instance"), head.index("kernel_hash"), head.index("instance_params")
-            for row in rows[1:]:
-                hit = renames.get(row[i_inst])
-                if hit and row[i_hash] == old.get(row[i_inst]):
-                    cfg = {**json.loads(row[i_params]), param: value}
-                    row[i_inst], row[i_hash] = hit[0], new[hit[0]]
-                    row[i_params] = json.dumps(dict(sorted(cfg.items())), separators=(",", ":"))
-                    changed += 1
-                elif hit:
-                    kept += 1
-            buf = io.StringIO()
-            csv.writer(buf, lineterminator="\n").writerows(rows)
-            out = buf.getvalue()
-        else:
-            lines = []
-            for line in text.splitlines():
-                rec = json.loads(line) if line.strip() else None
-                hit = renames.get(rec.get("instance", "")) if isinstance(rec, dict) else None
-                if hit and rec.get("kernel_hash") == old.get(rec["instance"]):
-                    line = json.dumps({**rec, "instance": hit[0], "kernel_hash": new[hit[0]]})
-                    changed += 1
-                elif hit:
-                    kept += 1
-                lines.append(line)
-            out = "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+        out, changed, kept = (on_csv if f.endswith((".csv", ".csv.gz")) else on_jsonl)(text)
         if out != text:
             tmp = Path(f + ".rekey.tmp")
             tmp.write_bytes(encode_text(f, out))
             os.replace(tmp, f)
-        print(f"{f}: {changed} renamed, {kept} of the family left stale")
+        print(f"{f}: {changed} {said[0]}, {kept} {said[1]}")
+
+
+def add_param(old_path: str, new_path: str, algorithm: str, param: str, value: int, files: list[str]) -> None:
+    old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
+    renames = _renames(algorithm, param, value)
+    _rewrite(files, lambda t: _rename_csv(t, renames, old, new, param, value),
+             lambda t: _rename_jsonl(t, renames, old, new), ("renamed", "of the family left stale"))
 
 
 def apply(old_path: str, new_path: str, files: list[str], only: str | None = None) -> None:
     old, new = json.loads(Path(old_path).read_text()), json.loads(Path(new_path).read_text())
     mapping = {name: (old[name], new[name]) for name in old.keys() & new.keys()}
-    for f in files:
-        raw = Path(f).read_bytes()
-        text = (gzip.decompress(raw) if is_compressed(f) else raw).decode("utf-8")  # the shipped tier: gzip'd
-        if f.endswith((".csv", ".csv.gz")):
-            out, changed, kept = _rekey_csv(text, mapping, _any_of(only) if only else None)
-        else:  # evidence lines: re-keyed where the check can judge them from op, dtype and instance
-            out, changed, kept = _rekey_jsonl(text, mapping, _any_of(only) if only else None)
-        if out != text:
-            tmp = Path(f + ".rekey.tmp")
-            tmp.write_bytes(encode_text(f, out))  # the bytes storage.write_db would write
-            os.replace(tmp, f)
-        print(f"{f}: {changed} re-keyed, {kept} left as they were")
-
+    check = _any_of(only) if only else None
+    # evidence lines: re-keyed where the check can judge them from op, dtype and instance
+    _rewrite(files, lambda t: _rekey_csv(t, mapping, check), lambda t: _rekey_jsonl(t, mapping, check),
+             ("re-keyed", "left as they were"))
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "dump":

@@ -210,24 +210,29 @@ def current_software() -> Software:
 
 
 @contextmanager
-def emulated(device: DeviceInfo, software: Software | None = None) -> Iterator[str]:
+def emulated(device: DeviceInfo, software: Software | None = None, *, as_current: bool = False) -> Iterator[str]:
     """Inside, ``current_device(key)`` (the key given back: the device's kind, e.g. "nvidia-h100-80gb-hbm3")
     answers ``device`` and ``current_software()`` answers ``software`` (when given): lookups made with that
     key choose as they would on that GPU with those versions (rows of other versions fail the software
-    check), e.g. to replay a GPU run's untuned picks on a CPU (tools/heldout_replay.py)."""
+    check), e.g. to replay a GPU run's untuned picks on a CPU (tools/heldout_replay.py). ``as_current``: so
+    does ``current_device()`` itself, for code that asks for the machine's own device (a whole CLI command,
+    tools/bench_from_rows.py)."""
     key = device.kind
-    had_device, old_device = key in _DEVICE_CACHE, _DEVICE_CACHE.get(key)
+    keys = (key, None) if as_current else (key,)
+    saved = {k: _DEVICE_CACHE[k] for k in keys if k in _DEVICE_CACHE}
     old_software = list(_SOFTWARE)
-    _DEVICE_CACHE[key] = device
+    for k in keys:
+        _DEVICE_CACHE[k] = device
     if software is not None:
         _SOFTWARE[:] = [software]
     try:
         yield key
     finally:
-        if had_device:
-            _DEVICE_CACHE[key] = old_device
-        else:
-            _DEVICE_CACHE.pop(key, None)
+        for k in keys:
+            if k in saved:
+                _DEVICE_CACHE[k] = saved[k]
+            else:
+                _DEVICE_CACHE.pop(k, None)
         _SOFTWARE[:] = old_software
 
 
