@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ALG = ALGORITHMS[("conv_bwd_weight", "dwslide")]
-CFG = dict(block_r=4, block_ch=8, block_x=0, unroll=0, prefetch=1, num_warps=1, split=3)
+CFG = dict(block_r=4, block_ch=8, block_x=0, unroll=0, prefetch=1, num_stages=1, num_warps=1, split=3)
 
 
 def check(p, dtype: str = "fp32", **kw) -> None:
@@ -57,7 +57,7 @@ def test_dtypes_splits(dtype, split):
 @pytest.mark.parametrize("fsd", [(5, 1, 1), (5, 2, 1), (4, 2, 2), (2, 3, 1), (3, 1, 2), (9, 1, 1)],
                          ids=["s1", "s2", "s2d2", "s3-reload", "d2-reload", "wide"])
 @pytest.mark.parametrize("window", [dict(block_x=0, unroll=0, prefetch=0), dict(block_x=3, unroll=1, prefetch=1),
-                                    dict(block_x=8, unroll=2, prefetch=1)], ids=["auto-pf0", "x3-u1-pf1", "x8-u2-pf1"])
+                                    dict(block_x=8, unroll=2, prefetch=1, num_stages=3)], ids=["auto-pf0", "x3-u1-pf1", "x8-u2-pf1-s3"])
 def test_windows(fsd, window):
     f, s, d = fsd
     check(P(2, 5, 2, 1, 1, (2, f), (5, 13), (1, s), (1, d), (1, 2), (0, 1)), cfg=window, seed=73)
@@ -121,6 +121,7 @@ def test_declines_and_configs():
     assert ALG.check_config(dict(CFG, prefetch=2)) == "prefetch=2 must be 0 or 1"
     assert ALG.check_config(dict(CFG, block_r=3)) == "block_r=3 must be a power of two from 1 to 1024"
     assert ALG.check_config(dict(block_r=8)) == (
-        "config lacks block_ch, block_x, unroll, prefetch, num_warps, split "
-        "(dwslide takes block_r, block_ch, block_x, unroll, prefetch, num_warps, split)")
+        "config lacks block_ch, block_x, unroll, prefetch, num_stages, num_warps, split "
+        "(dwslide takes block_r, block_ch, block_x, unroll, prefetch, num_stages, num_warps, split)")
+    assert ALG.check_config(dict(CFG, num_stages=0)) == "num_stages=0 must be 1 to 4"
     assert dsl.auto_split(1000, 4, 8, 132) == 125 and dsl.auto_split(10**6, 4, 32, 132) == 264

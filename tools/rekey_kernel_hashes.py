@@ -32,6 +32,7 @@ before (the PTX diffed), ``add-param`` moves the rows and evidence measured with
 name (the parameter added to ``instance_params``) and hash; rows measured with other code stay stale:
 
     add-param old.json new.json dwtile row_stages 0 FILES             # session 47: dwtile's row loop
+    add-param old.json new.json dwslide num_stages 1 FILES            # session 48: dwslide's pipelined loop
 """
 
 from __future__ import annotations
