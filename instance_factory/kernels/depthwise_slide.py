@@ -367,6 +367,7 @@ def bind(args: RunArgs, *, force_int64: bool = False) -> Runner:
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     main = BoundKernel(_dwslide_kernel, (base, split),
                        K=geo.K, C=geo.C, VEC=vec, TXB=txb, SHIFT=shift, UNROLL=unroll, PREFETCH=bool(cfg.prefetch),
+                       # None: tl.range without a num_stages attribute, the loop (and PTX) of session 47
                        STAGES=None if int(cfg.num_stages) == 1 else int(cfg.num_stages),
                        BLOCK_R=block_r, BLOCK_CH=block_ch, FINAL=final, USE_INT64=use_int64,
                        num_warps=num_warps, **epi)
