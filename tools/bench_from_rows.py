@@ -26,5 +26,6 @@ def main(argv: list[str]) -> int:
     with db.emulated(device, software, as_current=True):  # bench asks for the machine's own device
         return cli_main(["bench", *argv[2:]])
 
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -217,19 +217,43 @@ def _csv_text(rows: list[list[str]]) -> str:
     return out.getvalue()
 
 
-def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
+def _edit_csv(text: str, editor) -> tuple[str, int, int]:
+    """Database rows through ``editor(head)(row)``: True when it changed the row in place, False for a row it
+    kept as it was, None for a row it does not count."""
     rows = list(csv.reader(io.StringIO(text)))
-    head = rows[0]
-    i_inst, i_hash = head.index("instance"), head.index("kernel_hash")
-    changed = kept = 0
-    for row in rows[1:]:
-        old_new = mapping.get(row[i_inst])
-        if old_new and row[i_hash] == old_new[0] and (only is None or only(dict(zip(head, row)))):
-            row[i_hash] = old_new[1]
-            changed += 1
-        else:
-            kept += 1
-    return _csv_text(rows), changed, kept
+    edit = editor(rows[0])
+    verdicts = [edit(row) for row in rows[1:]]
+    return _csv_text(rows), verdicts.count(True), verdicts.count(False)
+
+
+def _edit_jsonl(text: str, edit) -> tuple[str, int, int]:
+    """Evidence lines through ``edit(rec, line)`` -> (line, verdict), the verdicts as for :func:`_edit_csv`;
+    blank and non-object lines pass through uncounted."""
+    lines, verdicts = [], []
+    for line in text.splitlines():
+        rec = json.loads(line) if line.strip() else None
+        if isinstance(rec, dict):
+            line, verdict = edit(rec, line)
+            verdicts.append(verdict)
+        lines.append(line)
+    return ("\n".join(lines) + ("\n" if text.endswith("\n") else ""), verdicts.count(True),
+            verdicts.count(False))
+
+
+def _rekey_csv(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
+    def editor(head: list[str]):
+        i_inst, i_hash = head.index("instance"), head.index("kernel_hash")
+
+        def edit(row: list[str]) -> bool:
+            old_new = mapping.get(row[i_inst])
+            if old_new and row[i_hash] == old_new[0] and (only is None or only(dict(zip(head, row)))):
+                row[i_hash] = old_new[1]
+                return True
+            return False
+
+        return edit
+
+    return _edit_csv(text, editor)
 
 
 def _evidence_accepts(only, rec: dict) -> bool:
@@ -242,18 +266,15 @@ def _evidence_accepts(only, rec: dict) -> bool:
 
 
 def _rekey_jsonl(text: str, mapping: dict[str, tuple[str, str]], only=None) -> tuple[str, int, int]:
-    lines, changed, kept = [], 0, 0
-    for line in text.splitlines():
-        rec = json.loads(line) if line.strip() else None
-        if isinstance(rec, dict) and "kernel_hash" in rec and "instance" in rec:
-            old_new = mapping.get(rec["instance"])
-            if old_new and rec["kernel_hash"] == old_new[0] and (only is None or _evidence_accepts(only, rec)):
-                line = line.replace(f'"kernel_hash": "{old_new[0]}"', f'"kernel_hash": "{old_new[1]}"')
-                changed += 1
-            else:
-                kept += 1
-        lines.append(line)
-    return "\n".join(lines) + ("\n" if text.endswith("\n") else ""), changed, kept
+    def edit(rec: dict, line: str) -> tuple[str, bool | None]:
+        if "kernel_hash" not in rec or "instance" not in rec:
+            return line, None
+        old_new = mapping.get(rec["instance"])
+        if old_new and rec["kernel_hash"] == old_new[0] and (only is None or _evidence_accepts(only, rec)):
+            return line.replace(f'"kernel_hash": "{old_new[0]}"', f'"kernel_hash": "{old_new[1]}"'), True
+        return line, False
+
+    return _edit_jsonl(text, edit)
 
 
 def _renames(algorithm: str, param: str, value: int) -> dict[str, tuple[str, dict]]:
@@ -277,34 +298,35 @@ def _renames(algorithm: str, param: str, value: int) -> dict[str, tuple[str, dic
 
 
 def _rename_csv(text: str, renames: dict, old: dict, new: dict, param: str, value: int) -> tuple[str, int, int]:
-    rows = list(csv.reader(io.StringIO(text)))
-    head = rows[0]
-    i_inst, i_hash, i_params = head.index("instance"), head.index("kernel_hash"), head.index("instance_params")
-    changed = kept = 0
-    for row in rows[1:]:
-        hit = renames.get(row[i_inst])
-        if hit and row[i_hash] == old.get(row[i_inst]):
+    def editor(head: list[str]):
+        i_inst, i_hash, i_params = head.index("instance"), head.index("kernel_hash"), head.index("instance_params")
+
+        def edit(row: list[str]) -> bool | None:
+            hit = renames.get(row[i_inst])
+            if not hit:
+                return None
+            if row[i_hash] != old.get(row[i_inst]):
+                return False
             cfg = {**json.loads(row[i_params]), param: value}
             row[i_inst], row[i_hash] = hit[0], new[hit[0]]
             row[i_params] = json.dumps(dict(sorted(cfg.items())), separators=(",", ":"))
-            changed += 1
-        elif hit:
-            kept += 1
-    return _csv_text(rows), changed, kept
+            return True
+
+        return edit
+
+    return _edit_csv(text, editor)
 
 
 def _rename_jsonl(text: str, renames: dict, old: dict, new: dict) -> tuple[str, int, int]:
-    lines, changed, kept = [], 0, 0
-    for line in text.splitlines():
-        rec = json.loads(line) if line.strip() else None
-        hit = renames.get(rec.get("instance", "")) if isinstance(rec, dict) else None
-        if hit and rec.get("kernel_hash") == old.get(rec["instance"]):
-            line = json.dumps({**rec, "instance": hit[0], "kernel_hash": new[hit[0]]})
-            changed += 1
-        elif hit:
-            kept += 1
-        lines.append(line)
-    return "\n".join(lines) + ("\n" if text.endswith("\n") else ""), changed, kept
+    def edit(rec: dict, line: str) -> tuple[str, bool | None]:
+        hit = renames.get(rec.get("instance", ""))
+        if not hit:
+            return line, None
+        if rec.get("kernel_hash") != old.get(rec["instance"]):
+            return line, False
+        return json.dumps({**rec, "instance": hit[0], "kernel_hash": new[hit[0]]}), True
+
+    return _edit_jsonl(text, edit)
 
 
 def _rewrite(files: list[str], on_csv, on_jsonl, said: str) -> None:

@@ -82,7 +82,9 @@ def _tap_sum(dy_base, wt_ptr, ch, GP, hi, wi, i_d, pos_ok, cmask, Do, Ho, Wo, pa
              TP: tl.constexpr, BLOCK_CH: tl.constexpr, MASKED: tl.constexpr):
     """sum over taps of w[tap] * the tile's grad_out shifted by the tap. ``dy_base`` points at each
     position's tap (0, 0, 0) element; a tap moves every pointer by one scalar (``t*_step``: the dilated
-    tap's grad_out offset). MASKED tests each tap's rows, columns and planes (tiles at the edges)."""
+    tap's grad_out offset). MASKED tests each tap's rows, columns and planes (tiles at the edges).
+    Its x loop repeats ``_row_taps`` on purpose: this is session 46's code, which the renamed row_stages 0 rows
+    measured; calling ``_row_taps`` per row compiles to other PTX (sm_90, four builds diffed, session 48)."""
     acc = tl.zeros((TP, BLOCK_CH), dtype=tl.float32)
     for z in tl.static_range(FZ):
         if MASKED:
