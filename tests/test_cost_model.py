@@ -172,10 +172,23 @@ def test_band_filters_are_far_from_square_ones():
         return ConvParams(2, 64, 32, 1, 1, filt, (56, 56), (1, 1), (1, 1), pad, pad)
 
     d = C.neighbor_distance
-    square, band, long_band, tall_band = dw((3, 3), (1, 1)), dw((1, 7), (0, 3)), dw((1, 11), (0, 5)), dw((7, 1), (3, 0))
+    square, band, long_band = dw((3, 3), (1, 1)), dw((1, 7), (0, 3)), dw((1, 11), (0, 5))
     assert d("conv_bwd_weight", square, band) > 2.0 * d("conv_bwd_weight", band, long_band)
-    assert d("conv_bwd_weight", band, tall_band) == 0.0  # the aspect, not the axis: kernels see both
     assert d("conv_bwd_data", square, dw((5, 5), (2, 2))) < d("conv_bwd_data", square, band)
+
+
+def test_one_wide_bands_along_w_and_h_are_apart():
+    """1x21 slides one filter row along W, 21x1 walks 21 filter rows of one tap: a 1x21 NGCHW wgrad took its
+    21x1 twin's pick (two_stage, 0.24 of relayout) while the two were at distance 0 (session 49). Wider bands
+    (5x51 / 51x5) keep their transposed twin as a neighbour: the same kernels won both."""
+    def dw(filt, pad):
+        return ConvParams(2, 64, 16, 1, 1, filt, (64, 64), (1, 1), (1, 1), pad, pad)
+
+    d = C.neighbor_distance
+    wide, tall, longer = dw((1, 21), (0, 10)), dw((21, 1), (10, 0)), dw((1, 31), (0, 15))
+    assert d("conv_bwd_weight", wide, tall) > 2.0 * d("conv_bwd_weight", wide, longer)
+    assert d("conv_bwd_weight", dw((5, 51), (2, 25)), dw((51, 5), (25, 2))) == 0.0
+    assert d("conv_bwd_weight", dw((3, 3), (1, 1)), dw((3, 3), (1, 1))) == 0.0
 
 
 def test_group_major_is_its_own_layout_family_with_several_groups():

@@ -90,13 +90,24 @@ def conv_class(params: Any) -> str:
 def features(op: str, params: Any) -> list[tuple[float, float]]:
     """(weight, log2 value) pairs locating a problem for :func:`neighbor_distance`. ``aspect`` (the longest
     filter side over the shortest) parts bands (1x7, 11x1, 51x5) from squares of as many taps: the kernels
-    that slide along one axis win on the former and lose on the latter (session 44)."""
+    that slide along one axis win on the former and lose on the latter (session 44). ``orient`` parts a
+    one-wide band along W from the same band along H (:func:`_orientation`, session 49)."""
     w = FEATURE_WEIGHTS
     _, m, n, k = gemm_shape(op, params)
     return [(w["M"], math.log2(m)), (w["N"], math.log2(n)), (w["K"], math.log2(k)),
             (w["taps"], math.log2(math.prod(params.filter))), (w["stride"], math.log2(math.prod(params.stride))),
             (w["C"], math.log2(params.C)), (w["Kc"], math.log2(params.K)), (w["G"], math.log2(params.G)),
-            (w["aspect"], math.log2(max(params.filter) / min(params.filter)))]
+            (w["aspect"], math.log2(max(params.filter) / min(params.filter))), (w["orient"], _orientation(params))]
+
+
+def _orientation(params: Any) -> float:
+    """For a one-wide band (1 x k or k x 1 in the last two filter dims), log2 of its W side over its H side;
+    0 otherwise (squares, 5x51 bands, 1D). A 1x21 and a 21x1 band have the same taps and aspect, but the
+    first is one filter row slid along W and the second 21 filter rows of one tap: different kernels win."""
+    f = params.filter
+    if len(f) < 2 or min(f[-1], f[-2]) != 1:
+        return 0.0
+    return math.log2(f[-1] / f[-2])
 
 
 def _feature_distance(fa: list[tuple[float, float]], fb: list[tuple[float, float]]) -> float:
