@@ -86,3 +86,25 @@ def test_summary_per_layout_family():
     s = class_summary(with_ceilings(pd.DataFrame(rows), None, None), device="cpu", day="2026-11-26")
     assert list(s["layout"]) == ["nhwgc", "ngchw"]
     assert list(s["geomean_speedup"]) == [2.0, 0.5]
+
+
+def test_summary_frame_takes_the_median_cudnn_time_over_runs():
+    """A run whose cuDNN time is an outlier (3x slow) must not set the speedup when it also holds the best row."""
+    from instance_factory.tuning.database import _frame
+    from instance_factory.tuning.summary import cudnn_reference, summary_frame
+
+    pr = Problem("conv_bwd_weight", params(32, 1, 1), "NHWGC/GKYXC/NHWGK", "bf16")
+    rows = []
+    for run, (cudnn, times) in enumerate([(0.031, [0.040, 0.050]), (0.030, [0.045]), (0.097, [0.030, 0.060]),
+                                          (0.032, [0.041, 0.070, 0.080])]):
+        for i, ms in enumerate(times):
+            rows.append({"problem_key": pr.key, "instance": f"i{run}{i}", "status": "ok", "median_ms": ms,
+                         "cudnn_ms": cudnn, "speedup": cudnn / ms})
+    rows.append({"problem_key": pr.key, "instance": "bad", "status": "failed", "median_ms": None,
+                 "cudnn_ms": 0.001, "speedup": None})
+    df = _frame(rows)
+    assert cudnn_reference(df) == {pr.key: pytest.approx(0.0315)}  # median of 0.030, 0.031, 0.032, 0.097
+    line = summary_frame(df, [pr]).iloc[0]
+    assert line["ms"] == 0.030 and line["best instance"] == "i20"
+    assert line["cuDNN ms"] == pytest.approx(0.0315) and line["speedup"] == pytest.approx(0.0315 / 0.030)
+    assert math.isnan(summary_frame(df.iloc[:0], [pr]).iloc[0]["speedup"])  # untuned: no speedup
