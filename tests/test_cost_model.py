@@ -10,10 +10,11 @@ import pytest
 from instance_factory.problem import ConvParams
 from instance_factory.registry import get_registry
 from instance_factory.tuning import cost_model as C
+from instance_factory.tuning import problem_distance as PD
 from instance_factory.tuning import roofline as R
 from instance_factory.tuning.database import read_db, registry_kernel_hashes, valid_rows
 from instance_factory.tuning.miss_eval import leave_one_out, summarize, summary_markdown
-from instance_factory.tuning.model_constants import DIRECT_UNALIGNED_FACTOR
+from instance_factory.tuning.model_constants import DIRECT_UNALIGNED_FACTOR, LAYOUT_PENALTY, NDIM_PENALTY
 from instance_factory.tuning.packed_tiles import blockdiag_dgrad_work
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,10 +199,10 @@ def test_group_major_is_its_own_layout_family_with_several_groups():
     kw = dict(fused="passthrough", q_fused="passthrough")
     d = C.neighbor_distance
     gm, cl, cf = "GNHWC/GKYXC/GNHWK", "NHWGC/GKYXC/NHWGK", "NGCHW/GKYXC/NGKHW"
-    assert d("conv_bwd_weight", grouped, grouped, layout=gm, q_layout=cl, **kw) == C.LAYOUT_PENALTY
+    assert d("conv_bwd_weight", grouped, grouped, layout=gm, q_layout=cl, **kw) == LAYOUT_PENALTY
     assert d("conv_bwd_weight", grouped, grouped, layout=gm, q_layout=gm, **kw) == 0.0
     assert d("conv_bwd_data", DENSE, DENSE, layout=gm, q_layout=cl, **kw) == 0.0
-    assert (C._layout_family(gm, 32), C._layout_family(gm, 1), C._layout_family(cf, 32)) == ("gm", "cl", "cf")
+    assert (PD.layout_family(gm, 32), PD.layout_family(gm, 1), PD.layout_family(cf, 32)) == ("gm", "cl", "cf")
 
 
 def test_rank_excludes_a_problem_and_orders_by_prediction():
@@ -302,9 +303,9 @@ def test_dimensionality_separates_neighbours():
     dimensionality penalty further from a 2-D 7x7 depthwise one than its features alone put it."""
     conv2d = ConvParams(2, 384, 64, 1, 1, (7, 7), (14, 14), (1, 1), (1, 1), (3, 3), (3, 3))
     conv1d = ConvParams(1, 256, 16, 1, 1, (31,), (512,), (1,), (1,), (15,), (15,))
-    plain = C._feature_distance(C.features("conv_bwd_weight", conv2d), C.features("conv_bwd_weight", conv1d))
-    assert C.neighbor_distance("conv_bwd_weight", conv2d, conv1d) == pytest.approx(plain + C.NDIM_PENALTY)
-    assert C.NDIM_PENALTY > 0
+    plain = PD._feature_distance(C.features("conv_bwd_weight", conv2d), C.features("conv_bwd_weight", conv1d))
+    assert C.neighbor_distance("conv_bwd_weight", conv2d, conv1d) == pytest.approx(plain + NDIM_PENALTY)
+    assert NDIM_PENALTY > 0
 
 
 def test_leave_one_out_with_another_gpus_rows():

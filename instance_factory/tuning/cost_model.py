@@ -17,7 +17,7 @@ does not take three launches' time on a tiny one. Kernels whose work is their FL
 (:func:`.roofline.work_modelled` false) have the whole blend corrected. A new family needs no rule, only rows.
 
 Neighbours: problems of the same pass, by a weighted distance in a normalized problem space (log2
-of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :func:`features`),
+of the pass's GEMM M, N, K, taps, stride, channels per group and groups, see :mod:`.problem_distance`),
 plus a fixed penalty for a different conv class (dense / grouped / depthwise), data type (none
 between fp16 and bf16), layout family or fused op. A candidate no neighbour measured borrows its
 family's mean correction (on the nearest problems that measured the family, else everyone's) with an
@@ -39,29 +39,23 @@ from typing import Any
 
 from ..layouts import channels_last_twin
 from .model_constants import (
-    CLASS_PENALTY,
     COPY_BW,
     DEFAULT_SMS,
     DEVICE_PENALTY,
     DISTANCE_PENALTY,
-    DTYPE_PENALTY,
     EXTRA_LAUNCH,
     FAILED_FACTOR,
-    FEATURE_WEIGHTS,
-    FUSED_PENALTY,
     HOST_COST_MS,
     LAUNCHES,
-    LAYOUT_PENALTY,
     MAX_EVIDENCE_DISTANCE,
-    NDIM_PENALTY,
     NEAREST_PROBLEMS,
     NEIGHBORS_PER_KERNEL,
-    SIBLING_DTYPES,
     TAPS_IN_COLUMNS,
     UNSEEN_ALGORITHM,
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
+from .problem_distance import _feature_distance, conv_class, features, layout_family, neighbor_distance, penalties
 from .roofline import (
     block_mode,
     gemm_shape,
@@ -79,86 +73,6 @@ from .schema import problem_key
 __all__ = ["TAPS_IN_COLUMNS", "Evidence", "Prediction", "Ranking", "conv_class", "disturbed_twins", "features",
            "gemm_shape", "kernel_ms", "kernel_variant", "model_ms", "neighbor_distance", "rank", "repair_disturbed",
            "signature"]
-
-def conv_class(params: Any) -> str:
-    """``depthwise`` (C = K = 1 per group, G > 1), ``grouped`` (G > 1) or ``dense``."""
-    if params.G > 1 and params.C == 1 and params.K == 1:
-        return "depthwise"
-    return "grouped" if params.G > 1 else "dense"
-
-
-def features(op: str, params: Any) -> list[tuple[float, float]]:
-    """(weight, log2 value) pairs locating a problem for :func:`neighbor_distance`. ``aspect`` (the longest
-    filter side over the shortest) parts bands (1x7, 11x1, 51x5) from squares of as many taps: the kernels
-    that slide along one axis win on the former and lose on the latter (session 44). ``orient`` parts a
-    one-wide band along W from the same band along H (:func:`_orientation`, session 49)."""
-    w = FEATURE_WEIGHTS
-    _, m, n, k = gemm_shape(op, params)
-    return [(w["M"], math.log2(m)), (w["N"], math.log2(n)), (w["K"], math.log2(k)),
-            (w["taps"], math.log2(math.prod(params.filter))), (w["stride"], math.log2(math.prod(params.stride))),
-            (w["C"], math.log2(params.C)), (w["Kc"], math.log2(params.K)), (w["G"], math.log2(params.G)),
-            (w["aspect"], math.log2(max(params.filter) / min(params.filter))), (w["orient"], _orientation(params))]
-
-
-def _orientation(params: Any) -> float:
-    """For a one-wide band (1 x k or k x 1 in the last two filter dims), log2 of its W side over its H side;
-    0 otherwise (squares, 5x51 bands, 1D). A 1x21 and a 21x1 band have the same taps and aspect, but the
-    first is one filter row slid along W and the second 21 filter rows of one tap: different kernels win."""
-    f = params.filter
-    if len(f) < 2 or min(f[-1], f[-2]) != 1:
-        return 0.0
-    return math.log2(f[-1] / f[-2])
-
-
-def _feature_distance(fa: list[tuple[float, float]], fb: list[tuple[float, float]]) -> float:
-    return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(fa, fb)))
-
-
-def _dtype_relation(a: str, b: str) -> str:
-    if a == b:
-        return "same"
-    if any(a in s and b in s for s in SIBLING_DTYPES):
-        return "sibling"
-    size = {"fp16": 2, "bf16": 2, "fp16_fp8": 2, "bf16_fp32w": 2, "fp32": 4, "fp32_tf32": 4}
-    return "same_size" if size.get(a, 0) == size.get(b, -1) else "other"
-
-
-@functools.lru_cache(maxsize=256)  # every ranking asks for each tuned problem
-def _layout_family(layout: str, groups: int = 1) -> str:
-    """``cl`` for channels-last activations (..GC), ``cf`` for channels-first (NGC..), ``gm`` for
-    group-major ones (GN..C) with several groups; also the layout part of a kernel's correction key.
-    A pointer GEMM tiling channels runs 1.2-15x slower on channels-first tensors than on channels-last
-    ones, so its time on one says little about the other.
-    Keyed apart since session 18 for bwd data too (cfirst and relayout now ship for it): ResNet-50 NCHW
-    N64 dgrad goes to them on 20 of 22 layers instead of 5, leave-one-out 0.959 -> 0.960.
-    Group-major apart since session 35: a few-channel family reads 2-32 bytes a position there, 1.5-4x
-    slower than on the channels-last twin, whose corrections made the policy pick those kernels over
-    relayout (leave-one-out over group-major grouped / depthwise problems 0.59-0.77). With one group
-    the two layouts are the same memory."""
-    head = layout.split("/")[0]
-    if head.startswith("G") and groups > 1:
-        return "gm"
-    return "cl" if head.endswith("C") else "cf"
-
-
-def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
-                      q_layout: str = "", fused: str = "", q_fused: str = "") -> float:
-    """Distance between problems ``p`` and ``q`` of one pass: features plus the kind penalties."""
-    return _feature_distance(features(op, p), features(op, q)) + _kind_penalty(
-        p, q, dtype, q_dtype, layout, q_layout, fused, q_fused)
-
-
-def _kind_penalty(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layout: str, fused: str,
-                  q_fused: str) -> float:
-    """What the features do not see: another conv class, dimensionality, data type (where both are
-    named), layout family (where both are named) or fused op."""
-    d = 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
-    d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
-    d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
-    d += LAYOUT_PENALTY if layout and q_layout and _layout_family(layout, p.G) != _layout_family(q_layout, q.G) \
-        else 0.0
-    return d + (FUSED_PENALTY if fused != q_fused else 0.0)
-
 
 def kernel_variant(op: str, dtype: str, algorithm: str, params: Any = None,
                    cfg: Mapping[str, Any] | str | None = None) -> str:
@@ -289,7 +203,7 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
-        fam = _layout_family(layout, params.G)
+        fam = layout_family(layout, params.G)
         for r in group:
             alg = r["algorithm"]
             sig = fam + "|" + signature(kernel_variant(op, dtype, alg, params, r["instance_params"]),
@@ -383,7 +297,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     for t in evidence.problems:
         if t.op != op or t.key in hidden:
             continue
-        d = _feature_distance(feats, t.feats) + _kind_penalty(params, t.params, dtype, t.dtype, layout, t.layout,
+        d = _feature_distance(feats, t.feats) + penalties(params, t.params, dtype, t.dtype, layout, t.layout,
                                                               fused, t.fused)
         near.append((d + (DEVICE_PENALTY if t.foreign else 0.0), t))
     near.sort(key=lambda x: (x[0], x[1].key))
@@ -399,7 +313,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             alg_nearest.setdefault(head, d)
             all_corr.append((w, c))
 
-    fam = _layout_family(layout, params.G)
+    fam = layout_family(layout, params.G)
     through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin_candidates, evidence, hidden, near)
                     if twin_candidates is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
     preds = []
