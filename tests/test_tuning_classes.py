@@ -99,12 +99,15 @@ def test_summary_frame_takes_the_median_cudnn_time_over_runs():
                                           (0.032, [0.041, 0.070, 0.080])]):
         for i, ms in enumerate(times):
             rows.append({"problem_key": pr.key, "instance": f"i{run}{i}", "status": "ok", "median_ms": ms,
-                         "cudnn_ms": cudnn, "speedup": cudnn / ms})
+                         "cudnn_ms": cudnn, "speedup": cudnn / ms, "device": "gpu-a"})
     rows.append({"problem_key": pr.key, "instance": "bad", "status": "failed", "median_ms": None,
-                 "cudnn_ms": 0.001, "speedup": None})
+                 "cudnn_ms": 0.001, "speedup": None, "device": "gpu-a"})
+    rows.append({"problem_key": pr.key, "instance": "other-gpu", "status": "ok", "median_ms": 0.5,
+                 "cudnn_ms": 0.9, "speedup": 1.8, "device": "gpu-b"})  # another device: not pooled
     df = _frame(rows)
-    assert cudnn_reference(df) == {pr.key: pytest.approx(0.0315)}  # median of 0.030, 0.031, 0.032, 0.097
-    line = summary_frame(df, [pr]).iloc[0]
+    assert cudnn_reference(df) == {(pr.key, "gpu-a"): pytest.approx(0.0315),  # median of 0.030, 0.031, 0.032, 0.097
+                                   (pr.key, "gpu-b"): pytest.approx(0.9)}
+    line = summary_frame(df[df["device"] == "gpu-a"], [pr]).iloc[0]  # bench's rows: one device
     assert line["ms"] == 0.030 and line["best instance"] == "i20"
     assert line["cuDNN ms"] == pytest.approx(0.0315) and line["speedup"] == pytest.approx(0.0315 / 0.030)
     assert math.isnan(summary_frame(df.iloc[:0], [pr]).iloc[0]["speedup"])  # untuned: no speedup

@@ -61,19 +61,21 @@ def load_valid(device: Any = None, extra_files: Sequence[str] = ()) -> pd.DataFr
     return out
 
 
-def cudnn_reference(df: pd.DataFrame) -> dict[str, float]:
-    """Per problem key, the median cuDNN time over the rows' tuning runs.
+def cudnn_reference(df: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """Per (problem key, device), the median cuDNN time over the rows' tuning runs.
 
     Every tuning run times cuDNN once per problem and stores it on each of its rows; a row set merged
     from several runs holds several such times. The best row's own time is one sample: on the shipped
     H100 file one run had cuDNN 3.1x slower than six others on the same layer (EfficientNet-B0's G480
     14x14 wgrad: 0.097 against 0.031 ms), and that layer's speedup came out 3.18x instead of 1.14x. The
-    median over the runs keeps one such outlier from setting the class means."""
+    median over the runs keeps one such outlier from setting the class means. A run is told by its time
+    (rows carry no run id): each distinct time counts once, not once per row."""
     if not len(df) or "cudnn_ms" not in df:
         return {}
-    ok = df[(df["status"] == "ok") & df["cudnn_ms"].notna()]
-    runs = ok.drop_duplicates(subset=["problem_key", "cudnn_ms"])  # one sample per run, not per row
-    return runs.groupby("problem_key")["cudnn_ms"].median().to_dict()
+    ok = df[(df["status"] == "ok") & df["cudnn_ms"].notna()].assign(
+        device=df["device"].fillna("") if "device" in df else "")
+    runs = ok.drop_duplicates(subset=["problem_key", "device", "cudnn_ms"])
+    return runs.groupby(["problem_key", "device"])["cudnn_ms"].median().to_dict()
 
 
 def summary_frame(df: pd.DataFrame, problems: Sequence[Problem] | None = None) -> pd.DataFrame:
@@ -97,8 +99,8 @@ def summary_frame(df: pd.DataFrame, problems: Sequence[Problem] | None = None) -
             "ms": r.get("median_ms", math.nan),
             "TFLOP/s": r.get("tflops", math.nan),
             "GB/s": r.get("gbps", math.nan),
-            "cuDNN ms": cudnn_ms.get(pr.key, math.nan),
-            "speedup": cudnn_ms.get(pr.key, math.nan) / r["median_ms"] if r else math.nan,
+            "cuDNN ms": cudnn_ms.get((pr.key, r.get("device") or ""), math.nan),
+            "speedup": cudnn_ms.get((pr.key, r.get("device") or ""), math.nan) / r["median_ms"] if r else math.nan,
             "cudnn_impl": r.get("cudnn_impl", ""),
             "key": pr.key,
         })
