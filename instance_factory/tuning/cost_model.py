@@ -203,7 +203,7 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
-        fam = layout_family(layout, params.G)
+        fam = layout_family(layout, params.G, conv_class(params) == "depthwise")
         for r in group:
             alg = r["algorithm"]
             sig = fam + "|" + signature(kernel_variant(op, dtype, alg, params, r["instance_params"]),
@@ -313,7 +313,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             alg_nearest.setdefault(head, d)
             all_corr.append((w, c))
 
-    fam = layout_family(layout, params.G)
+    fam = layout_family(layout, params.G, conv_class(params) == "depthwise")
     through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin_candidates, evidence, hidden, near)
                     if twin_candidates is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
     preds = []

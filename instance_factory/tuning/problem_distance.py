@@ -70,7 +70,7 @@ def _dtype_relation(a: str, b: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)  # every ranking asks for each tuned problem
-def layout_family(layout: str, groups: int = 1) -> str:
+def layout_family(layout: str, groups: int = 1, depthwise: bool = False) -> str:
     """``cl`` for channels-last activations (..GC), ``cf`` for channels-first (NGC..), ``gm`` for
     group-major ones (GN..C) with several groups; also the layout part of a kernel's correction key.
     A pointer GEMM tiling channels runs 1.2-15x slower on channels-first tensors than on channels-last
@@ -80,11 +80,18 @@ def layout_family(layout: str, groups: int = 1) -> str:
     Group-major apart since session 35: a few-channel family reads 2-32 bytes a position there, 1.5-4x
     slower than on the channels-last twin, whose corrections made the policy pick those kernels over
     relayout (leave-one-out over group-major grouped / depthwise problems 0.59-0.77). With one group
-    the two layouts are the same memory."""
-    head = layout.split("/")[0]
+    the two layouts are the same memory.
+    ``cfk``, channels-first with a GKCYX weight, apart since session 49 except for depthwise layers (whose
+    weights are a few taps per channel): a pointer GEMM reads that weight's channel vectors strided by the
+    taps (igemm dgrad on ResNeXt's G32 C64 7x7: 0.151 ms against 0.052 with GKYXC), and the GKYXC rows priced
+    it at a fifth of its time. Leave-one-out (H100, layer hidden): 0.930 -> 0.932, grouped dgrad 0.911 ->
+    0.930, below 0.5x 14 -> 12 (with depthwise layers split too: 0.930, depthwise dgrad 0.909 -> 0.901)."""
+    head, weight = layout.split("/")[:2] if layout.count("/") >= 2 else (layout, "")
     if head.startswith("G") and groups > 1:
         return "gm"
-    return "cl" if head.endswith("C") else "cf"
+    if head.endswith("C"):
+        return "cl"
+    return "cfk" if weight.startswith("GKC") and not depthwise else "cf"
 
 
 def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
@@ -95,12 +102,14 @@ def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str 
 
 
 def penalties(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layout: str, fused: str,
-                  q_fused: str) -> float:
+              q_fused: str) -> float:
     """What the features do not see: another conv class, dimensionality, data type (where both are
     named), layout family (where both are named) or fused op."""
-    d = 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
+    p_class, q_class = conv_class(p), conv_class(q)
+    d = 0.0 if p_class == q_class else CLASS_PENALTY
     d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
-    d += LAYOUT_PENALTY if layout and q_layout and layout_family(layout, p.G) != layout_family(q_layout, q.G) \
-        else 0.0
+    if layout and q_layout and (layout_family(layout, p.G, p_class == "depthwise")
+                                != layout_family(q_layout, q.G, q_class == "depthwise")):
+        d += LAYOUT_PENALTY
     return d + (FUSED_PENALTY if fused != q_fused else 0.0)
