@@ -317,7 +317,7 @@ def test_dimensionality_separates_neighbours():
     dimensionality penalty further from a 2-D 7x7 depthwise one than its features alone put it."""
     conv2d = ConvParams(2, 384, 64, 1, 1, (7, 7), (14, 14), (1, 1), (1, 1), (3, 3), (3, 3))
     conv1d = ConvParams(1, 256, 16, 1, 1, (31,), (512,), (1,), (1,), (15,), (15,))
-    plain = PD._feature_distance(C.features("conv_bwd_weight", conv2d), C.features("conv_bwd_weight", conv1d))
+    plain = PD.feature_distance(C.features("conv_bwd_weight", conv2d), C.features("conv_bwd_weight", conv1d))
     assert C.neighbor_distance("conv_bwd_weight", conv2d, conv1d) == pytest.approx(plain + NDIM_PENALTY)
     assert NDIM_PENALTY > 0
 

@@ -55,7 +55,14 @@ from .model_constants import (
     UNSEEN_KERNEL,
     WEIGHT_POWER,
 )
-from .problem_distance import _feature_distance, conv_class, features, layout_family, neighbor_distance, penalties
+from .problem_distance import (
+    conv_class,
+    feature_distance,
+    features,
+    neighbor_distance,
+    penalties,
+    problem_layout_family,
+)
 from .roofline import (
     block_mode,
     gemm_shape,
@@ -203,7 +210,7 @@ def _tuned_problems(rows: Iterable[Mapping[str, Any]], foreign: bool,
         best = min(ok, key=lambda r: (kernel_ms(r), r["instance"]))
         t = _Tuned(key, op, layout, dtype, fused, params, features(op, params), kernel_ms(best),
                    winner=best["instance"], foreign=foreign)
-        fam = layout_family(layout, params.G, conv_class(params) == "depthwise")
+        fam = problem_layout_family(layout, params)
         for r in group:
             alg = r["algorithm"]
             sig = fam + "|" + signature(kernel_variant(op, dtype, alg, params, r["instance_params"]),
@@ -297,8 +304,8 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
     for t in evidence.problems:
         if t.op != op or t.key in hidden:
             continue
-        d = _feature_distance(feats, t.feats) + penalties(params, t.params, dtype, t.dtype, layout, t.layout,
-                                                              fused, t.fused)
+        d = feature_distance(feats, t.feats) + penalties(params, t.params, dtype, t.dtype, layout, t.layout,
+                                                             fused, t.fused)
         near.append((d + (DEVICE_PENALTY if t.foreign else 0.0), t))
     near.sort(key=lambda x: (x[0], x[1].key))
     closest = near[:NEAREST_PROBLEMS]
@@ -313,7 +320,7 @@ def rank(op: str, params: Any, layout: str, dtype: str, fused: str,
             alg_nearest.setdefault(head, d)
             all_corr.append((w, c))
 
-    fam = layout_family(layout, params.G, conv_class(params) == "depthwise")
+    fam = problem_layout_family(layout, params)
     through_twin = (_twin_prediction(op, params, layout, dtype, fused, twin_candidates, evidence, hidden, near)
                     if twin_candidates is not None and any(alg == "relayout" for _, alg, _ in candidates) else None)
     preds = []

@@ -139,7 +139,7 @@ TAPS_IN_COLUMNS = ("two_stage", "padx", "padvec")  # bwd-weight algorithms whose
 # large_kernel_depthwise rows, a SegNeXt 1x7 band was Xception's 3x3 wgrad's nearest problem and priced a
 # row-sliding kernel there at 0.10 of the best; with the feature, leave-one-out (H100 file, layer hidden) over
 # the problems of session 43: 0.9302 -> 0.9310, below 0.5x 21 -> 19; H200 file 0.9359 -> 0.9359.
-# orient (session 49): a one-wide band's W side over its H side (cost_model._orientation). Without it a 1x21
+# orient (session 49): a one-wide band's W side over its H side (problem_distance._orientation). Without it a 1x21
 # band took its 21x1 twin's picks (NGCHW wgrad two_stage at 0.24 of relayout). H100 leave-one-out, layer
 # hidden: 0.927 -> 0.930, depthwise wgrad 0.847 -> 0.875, below 0.5x 22 -> 14 (weights 2 and 4 alike; 1
 # 0.930; on every filter, not only one-wide bands: 0.926, 51x5 bands losing their 5x51 twins).

@@ -23,7 +23,8 @@ from .model_constants import (
 )
 from .roofline import gemm_shape
 
-__all__ = ["conv_class", "features", "layout_family", "neighbor_distance", "penalties"]
+__all__ = ["conv_class", "feature_distance", "features", "layout_family", "neighbor_distance", "penalties",
+           "problem_layout_family"]
 
 
 def conv_class(params: Any) -> str:
@@ -56,7 +57,8 @@ def _orientation(params: Any) -> float:
     return math.log2(f[-1] / f[-2])
 
 
-def _feature_distance(fa: list[tuple[float, float]], fb: list[tuple[float, float]]) -> float:
+def feature_distance(fa: list[tuple[float, float]], fb: list[tuple[float, float]]) -> float:
+    """The weighted Euclidean distance between two problems' :func:`features`."""
     return math.sqrt(sum(w * (a - b) ** 2 for (w, a), (_, b) in zip(fa, fb)))
 
 
@@ -94,10 +96,15 @@ def layout_family(layout: str, groups: int = 1, depthwise: bool = False) -> str:
     return "cfk" if weight.startswith("GKC") and not depthwise else "cf"
 
 
+def problem_layout_family(layout: str, params: Any) -> str:
+    """:func:`layout_family` of a problem in ``layout`` (its groups and whether it is depthwise)."""
+    return layout_family(layout, params.G, conv_class(params) == "depthwise")
+
+
 def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str = "", layout: str = "",
                       q_layout: str = "", fused: str = "", q_fused: str = "") -> float:
     """Distance between problems ``p`` and ``q`` of one pass: features plus the kind penalties."""
-    return _feature_distance(features(op, p), features(op, q)) + penalties(
+    return feature_distance(features(op, p), features(op, q)) + penalties(
         p, q, dtype, q_dtype, layout, q_layout, fused, q_fused)
 
 
@@ -105,11 +112,9 @@ def penalties(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layout: s
               q_fused: str) -> float:
     """What the features do not see: another conv class, dimensionality, data type (where both are
     named), layout family (where both are named) or fused op."""
-    p_class, q_class = conv_class(p), conv_class(q)
-    d = 0.0 if p_class == q_class else CLASS_PENALTY
+    d = 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
     d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
-    if layout and q_layout and (layout_family(layout, p.G, p_class == "depthwise")
-                                != layout_family(q_layout, q.G, q_class == "depthwise")):
+    if layout and q_layout and problem_layout_family(layout, p) != problem_layout_family(q_layout, q):
         d += LAYOUT_PENALTY
     return d + (FUSED_PENALTY if fused != q_fused else 0.0)

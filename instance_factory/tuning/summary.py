@@ -90,6 +90,7 @@ def summary_frame(df: pd.DataFrame, problems: Sequence[Problem] | None = None) -
         problems = [Problem.from_key(k) for k in keys]
     for pr in problems:
         r: Mapping[str, Any] = by_key.get(pr.key, {})
+        ref = cudnn_ms.get((pr.key, r.get("device") or ""), math.nan)
         lines.append({
             "problem": f"{pr.name + ': ' if pr.name else ''}{describe_params(pr.params)}",
             "pass": "data" if pr.op == "conv_bwd_data" else "weight",
@@ -99,8 +100,8 @@ def summary_frame(df: pd.DataFrame, problems: Sequence[Problem] | None = None) -
             "ms": r.get("median_ms", math.nan),
             "TFLOP/s": r.get("tflops", math.nan),
             "GB/s": r.get("gbps", math.nan),
-            "cuDNN ms": cudnn_ms.get((pr.key, r.get("device") or ""), math.nan),
-            "speedup": cudnn_ms.get((pr.key, r.get("device") or ""), math.nan) / r["median_ms"] if r else math.nan,
+            "cuDNN ms": ref,
+            "speedup": ref / r["median_ms"] if r else math.nan,
             "cudnn_impl": r.get("cudnn_impl", ""),
             "key": pr.key,
         })
