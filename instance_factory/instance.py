@@ -47,6 +47,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "inner": "",
     "mma_rows": "mr",
     "taps_x": "tx",
+    "taps_y": "ty",
     "dy_read": "",
     "row_stages": "rs",
 }

@@ -12,7 +12,7 @@ from instance_factory.tuning.problem_sets import expand_problem_set, list_proble
 ROOT = Path(__file__).resolve().parent.parent
 
 
-HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1", "heldout_fresh")
+HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1", "heldout_fresh", "heldout_regnet")
 
 
 def heldout_problems():

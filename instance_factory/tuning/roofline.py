@@ -14,6 +14,7 @@ from typing import Any
 
 from ..kernels.bwd_weight_pointwise import model_work as pointwise_work
 from ..kernels.bwd_weight_rowstack import model_split as rowstack_split
+from ..kernels.bwd_weight_tapshare import model_programs as tapshare_programs
 from ..kernels.bwd_weight_tma import TMA_WGRAD_FAMILIES
 from ..kernels.depthwise_plane import model_plan as plane_model_plan
 from ..kernels.depthwise_plane import model_work as plane_work
@@ -153,7 +154,7 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
     elif kind == "gemm":
         batch, m, n, k = gemm_shape(op, params, algorithm)
         bn = int(cfg["block_n"])
-        if "block_h" in cfg:  # tma dgrad: block_h x block_w patches of each phase's (h, w) plane
+        if "block_h" in cfg and op == "conv_bwd_data":  # tma dgrad: block_h x block_w patches of each phase's plane
             bh, bw = int(cfg["block_h"]), int(cfg["block_w"])
             bm = bh * bw
             in_d, in_h, in_w = (1, 1, *params.input)[-3:]
@@ -179,13 +180,19 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
         elif split == 0:  # automatic: about three waves, at most MAX_SPLIT
             split = max(1, min(MAX_SPLIT, -(-3 * sms // tiles))) if tiles < 2 * sms else 1
         programs = tiles * split
+        if op == "conv_bwd_weight" and algorithm == "tapshare":  # a program runs a block of taps: bind's grid
+            per_split, split = tapshare_programs(params, cfg, sms)
+            programs = per_split * split
         fill = 1.0 if stream else programs / (-(-programs // sms) * sms)
         if not stream and programs <= sms:  # one CTA an SM: below its share of the peak
             fill *= ONE_CTA_EFFICIENCY
         padded = 2.0 * tiles * bm * bn * k
         compute_s = padded * dgrad_channel_padding(op, params, cfg) / (
             _tensor_rate(op, dtype, algorithm) * fill) + serial_s
-        if op == "conv_bwd_weight" and params.G == 1:
+        if op == "conv_bwd_weight" and algorithm == "tapshare":  # an input box per tap, grad_out's shared
+            taps = int(cfg["taps_y"]) * int(cfg["taps_x"])
+            compute_s = max(compute_s, tiles * (bn + bm / taps) * k * _elem_bytes(dtype) / L2_BW)
+        elif op == "conv_bwd_weight" and params.G == 1:
             compute_s = max(compute_s, tiles * (bm + bn) * k * _elem_bytes(dtype) / L2_BW)
         mem_s *= padded / (2.0 * batch * m * n * k)  # masked tile loads still move whole tiles
         if stream:  # zeroed fp32 workspace read back once, a partial tile added per share boundary
