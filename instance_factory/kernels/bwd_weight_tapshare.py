@@ -48,8 +48,8 @@ from .bwd_weight_tma import tma_wgrad_reason
 from .common import dot_operands, dot_tn, split_runner
 from .host import INT32_LIMIT, SMEM_PER_BLOCK, check_split_k, is_pow2, sm_count
 
-__all__ = ["ALGORITHM", "MAX_GROUP_CHANNELS", "MAX_PACKED_CHANNELS", "BwdWeightTapshareConfig", "bind", "choose_split", "decline",
-           "model_programs", "reduction_positions"]
+__all__ = ["ALGORITHM", "MAX_GROUP_CHANNELS", "MAX_PACKED_CHANNELS", "BwdWeightTapshareConfig", "bind",
+           "choose_split", "decline", "model_programs", "reduction_positions"]
 
 OP_NAME = "conv_bwd_weight"
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulators
