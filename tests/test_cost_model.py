@@ -14,7 +14,12 @@ from instance_factory.tuning import problem_distance as PD
 from instance_factory.tuning import roofline as R
 from instance_factory.tuning.database import read_db, registry_kernel_hashes, valid_rows
 from instance_factory.tuning.miss_eval import leave_one_out, summarize, summary_markdown
-from instance_factory.tuning.model_constants import DIRECT_UNALIGNED_FACTOR, LAYOUT_PENALTY, NDIM_PENALTY
+from instance_factory.tuning.model_constants import (
+    ALIGN_PENALTY,
+    DIRECT_UNALIGNED_FACTOR,
+    LAYOUT_PENALTY,
+    NDIM_PENALTY,
+)
 from instance_factory.tuning.packed_tiles import blockdiag_dgrad_work
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,6 +222,39 @@ def test_a_gkcyx_weight_is_its_own_family_except_for_depthwise_layers():
     assert C.neighbor_distance("conv_bwd_data", dw, dw, layout=kcyx, q_layout=kyxc, **kw) == 0.0
     assert (PD.layout_family(kcyx, 32), PD.layout_family(kcyx, 96, depthwise=True)) == ("cfk", "cf")
     assert PD.layout_family("NGCW/GKCX/NGKW", 1) == "cfk" and PD.layout_family("cf") == "cf"
+
+
+def test_channel_alignment_is_a_penalty_between_grouped_layers():
+    """Groups whose channel counts have no divisor of 16 (RegNet's 40 / 56) load channels one element at a time
+    in the pointer GEMMs and run tapshare; ResNeXt's 32 / 64 do neither: neither says much about the other
+    (session 50). Two aligned or two unaligned groups pay nothing."""
+    def g(c, groups=32):
+        return ConvParams(2, groups, 64, c, c, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    kw = dict(fused="passthrough", q_fused="passthrough")
+    d = C.neighbor_distance
+    assert d("conv_bwd_weight", g(32), g(32), **kw) == 0.0 == d("conv_bwd_weight", g(40), g(40), **kw)
+    aligned_pair = d("conv_bwd_weight", g(32), g(48), **kw)
+    mixed_pair = d("conv_bwd_weight", g(32), g(40), **kw)
+    assert mixed_pair > aligned_pair  # 40 is nearer 32 than 48 is, but unaligned
+    assert mixed_pair == pytest.approx(PD.feature_distance(PD.features("conv_bwd_weight", g(32)),
+                                                           PD.features("conv_bwd_weight", g(40))) + ALIGN_PENALTY)
+    dense = ConvParams(2, 1, 64, 40, 40, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    assert not R.unaligned_groups(dense) and R.unaligned_groups(g(40)) and not R.unaligned_groups(g(64))
+
+
+def test_tapshare_is_priced_by_its_programs_boxes_and_l2_reads():
+    """tapshare's roofline: the GEMM work of every tap over whole boxes, the programs bind launches (a block of
+    taps each), and an input box per tap plus the shared grad_out box read from L2."""
+    p = ConvParams(2, 36, 64, 56, 56, (3, 3), (7, 7), (1, 1), (1, 1), (1, 1), (1, 1))
+    cfg = dict(block_m=64, block_n=64, block_h=8, block_w=8, taps_y=1, taps_x=3, num_warps=8, num_stages=3,
+               split_k=0)
+    from instance_factory.tuning.box_rounding import boxed_reduction
+    assert boxed_reduction(p, "tapshare", cfg, 64 * 49) == 64 * 64  # a 7x7 plane in one 8x8 box
+    one_row = R.model_ms("conv_bwd_weight", p, "fp16", "tapshare", cfg)
+    all_taps = R.model_ms("conv_bwd_weight", p, "fp16", "tapshare", dict(cfg, taps_y=3, block_m=32, block_n=32,
+                                                                           num_warps=4))
+    one_tap = R.model_ms("conv_bwd_weight", p, "fp16", "tapshare", dict(cfg, taps_x=1))
+    assert 0 < all_taps and 0 < one_row < one_tap  # three taps read grad_out's box once, one tap three times
 
 
 def test_rank_excludes_a_problem_and_orders_by_prediction():

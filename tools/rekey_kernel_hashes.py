@@ -25,6 +25,7 @@ H0's code, where the full rows fill the GPU), so:
     apply s32a.json s32b.json --only wgrad_tma_16bit,wgrad_relayout_tf32_before_s32 FILES  # session 32: dot_tn
     apply s42.json s43.json --only relayout_wgrad_not_padvec FILES    # session 43: the padvec family
     apply s45.json s46.json --only relayout_dgrad_not_dwtile FILES    # session 46: the dwtile family
+    apply s49.json s50.json --only relayout_wgrad_not_tapshare FILES  # session 50: the tapshare family
     instance-factory db compact --db FILE                              # one row per identity again
 
 A new config parameter renames every instance of its family. Where one value of it compiles the code of
@@ -125,6 +126,10 @@ OTHER_CHECKS = {
     # cannot run (not depthwise at stride 1) launched the same code as before, and would launch it today
     "relayout_dgrad_not_dwtile": lambda row: (row["op"] == "conv_bwd_data" and row["algorithm"] == "relayout"
                                               and not _dwtile_may_run(row)),
+    # session 50: the new wgrad family tapshare changed every wgrad relayout hash; a relayout row whose twin
+    # tapshare cannot run launched the same code as before, and would launch it today
+    "relayout_wgrad_not_tapshare": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
+                                                and not _tapshare_may_run(row)),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
@@ -141,6 +146,14 @@ def _dwtile_may_run(row: dict[str, str]) -> bool:
     """dwtile could serve the row's problem's channels-last twin (depthwise, C = K = 1, stride 1)."""
     p = _row_params(row)
     return p.C == 1 and p.K == 1 and all(s == 1 for s in p.stride)
+
+
+def _tapshare_may_run(row: dict[str, str]) -> bool:
+    """tapshare could serve the row's problem's channels-last twin (grouped, 17-64 channels per group and not
+    both multiples of 32, W stride 1: the family's declines that the problem alone decides)."""
+    p = _row_params(row)
+    return (p.G > 1 and 16 < min(p.C, p.K) and max(p.C, p.K) <= 64 and not (p.C % 32 == 0 and p.K % 32 == 0)
+            and p.stride[-1] == 1)
 
 
 def _padvec_may_run(row: dict[str, str]) -> bool:

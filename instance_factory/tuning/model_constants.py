@@ -147,6 +147,11 @@ TAPS_IN_COLUMNS = ("two_stage", "padx", "padvec")  # bwd-weight algorithms whose
 FEATURE_WEIGHTS = {"M": 1.0, "N": 1.0, "K": 1.0, "taps": 2.0, "stride": 2.0, "C": 0.5, "Kc": 0.5,
                    "G": 0.5, "aspect": 2.0, "orient": 2.0}
 CLASS_PENALTY = 6.0  # dense vs grouped vs depthwise: different kernels win
+# grouped layers whose channel counts have a divisor of 16 or not (roofline.unaligned_groups): the pointer GEMMs'
+# channel loads fall to one element, tapshare runs only the latter (session 50: RegNet's 40 / 56-channel groups,
+# where bdwin beat the pointer GEMMs, had become the nearest neighbours of ResNeXt's 32 / 64-channel ones and
+# moved their picks to bdwin, 0.53-0.65 of the tuned best)
+ALIGN_PENALTY = 1.5
 DTYPE_PENALTY = {"same": 0.0, "sibling": 0.25, "same_size": 1.5, "other": 3.0}
 SIBLING_DTYPES = ({"fp16", "bf16"}, {"fp32", "fp32_tf32"}, {"bf16", "bf16_fp32w"}, {"fp16", "fp16_fp8"})
 LAYOUT_PENALTY = 1.5  # channels-last vs channels-first layout families

@@ -2,8 +2,8 @@
 
 The distance between two problems of one pass is a weighted Euclidean distance over log2 features (the pass's
 GEMM M, N, K, taps, stride, channels per group, groups, the filter's aspect and a one-wide band's orientation,
-:func:`features`) plus fixed penalties for what the features do not see: another conv class, dimensionality, data
-type, layout family or fused op (:func:`neighbor_distance`). The weights live in ``model_constants``.
+:func:`features`) plus fixed penalties for what the features do not see: another conv class, dimensionality, channel
+alignment, data type, layout family or fused op (:func:`neighbor_distance`). The weights live in ``model_constants``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from .model_constants import (
+    ALIGN_PENALTY,
     CLASS_PENALTY,
     DTYPE_PENALTY,
     FEATURE_WEIGHTS,
@@ -21,7 +22,7 @@ from .model_constants import (
     NDIM_PENALTY,
     SIBLING_DTYPES,
 )
-from .roofline import gemm_shape
+from .roofline import gemm_shape, unaligned_groups
 
 __all__ = ["conv_class", "feature_distance", "features", "layout_family", "neighbor_distance", "penalties",
            "problem_layout_family"]
@@ -110,9 +111,10 @@ def neighbor_distance(op: str, p: Any, q: Any, *, dtype: str = "", q_dtype: str 
 
 def penalties(p: Any, q: Any, dtype: str, q_dtype: str, layout: str, q_layout: str, fused: str,
               q_fused: str) -> float:
-    """What the features do not see: another conv class, dimensionality, data type (where both are
-    named), layout family (where both are named) or fused op."""
+    """What the features do not see: another conv class, dimensionality, channel alignment, data type
+    (where both are named), layout family (where both are named) or fused op."""
     d = 0.0 if conv_class(p) == conv_class(q) else CLASS_PENALTY
+    d += ALIGN_PENALTY if unaligned_groups(p) != unaligned_groups(q) else 0.0
     d += NDIM_PENALTY if p.ndim != q.ndim else 0.0
     d += DTYPE_PENALTY[_dtype_relation(dtype, q_dtype)] if dtype and q_dtype else 0.0
     if layout and q_layout and problem_layout_family(layout, p) != problem_layout_family(q_layout, q):

@@ -42,7 +42,8 @@ from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgr
 from .walk_model import walk_term
 
 __all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "model_parts", "plane_chunks",
-           "relayout_copy_bytes", "tf32_split", "with_floor", "work_correction", "work_modelled"]
+           "relayout_copy_bytes", "tf32_split", "unaligned_groups", "with_floor", "work_correction",
+           "work_modelled"]
 
 
 def gemm_shape(op: str, params: Any, algorithm: str = "") -> tuple[int, int, int, int]:
@@ -206,7 +207,7 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
         if algorithm in ("padx", "padvec"):  # the padded input copy, a pass before the GEMM: written, read back
             copy_s = 2 * params.N * math.prod(params.reached_input) * params.G * params.C * _elem_bytes(dtype) / MEM_BW
             mem_s, compute_s = mem_s + copy_s, compute_s + copy_s
-        if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and _unaligned_groups(params):
+        if op == "conv_bwd_weight" and algorithm in POINTER_GEMMS and unaligned_groups(params):
             compute_s *= UNALIGNED_FACTOR
             mem_s *= UNALIGNED_FACTOR
     elif kind == "relayout":  # channels-last copies of input and grad_out, then a tensor-core GEMM
@@ -304,7 +305,7 @@ def _unaligned_channel_stride(params: Any) -> bool:
     return any(n > 16 and n % 16 for n in (params.G * params.C, params.G * params.K))
 
 
-def _unaligned_groups(params: Any) -> bool:
+def unaligned_groups(params: Any) -> bool:
     """A grouped layer whose channel counts Triton sees without a divisor of 16 (it specializes
     integer arguments on divisibility by 16 only): the pointer GEMMs' channel loads fall to one
     element."""
