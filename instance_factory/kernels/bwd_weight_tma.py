@@ -68,7 +68,7 @@ OP_NAME = "conv_bwd_weight"
 # of hi / lo parts, common.dot_tn)
 TMA_WGRAD_DTYPES = ("fp16", "bf16", "bf16_fp32w", "fp32_tf32")
 # the families whose dots go through common.dot_tn (and tma_wgrad_reason): fp32_tf32 runs as the split there
-TMA_WGRAD_FAMILIES = frozenset({"tma", "shift", "pointwise", "rowstack"})
+TMA_WGRAD_FAMILIES = frozenset({"tma", "shift", "pointwise", "rowstack", "tapshare"})
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulator
 _MODE_SLICE = 2  # fp32 store into this split's workspace slice
 _MAX_GRID = 2**31 - 1
@@ -219,7 +219,7 @@ class BwdWeightTmaConfig(GemmTileConfig):
 
 
 def tma_wgrad_reason(family: str, dtype: DataType) -> str | None:
-    """Why the TMA bwd-weight families (tma, shift, pointwise, rowstack) cannot run ``dtype`` here, or
+    """Why the TMA bwd-weight families (tma, shift, pointwise, rowstack, tapshare) cannot run ``dtype`` here, or
     None: they need Triton's host tensor descriptors and a tensor-core dtype."""
     if TensorDescriptor is None:
         return f"{family} needs Triton's host tensor descriptors (triton.tools.tensor_descriptor, Triton >= 3.4)"
