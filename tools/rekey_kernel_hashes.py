@@ -149,11 +149,10 @@ def _dwtile_may_run(row: dict[str, str]) -> bool:
 
 
 def _tapshare_may_run(row: dict[str, str]) -> bool:
-    """tapshare could serve the row's problem's channels-last twin (grouped, 17-64 channels per group and not
-    both multiples of 32, W stride 1: the family's declines that the problem alone decides)."""
-    p = _row_params(row)
-    return (p.G > 1 and 16 < min(p.C, p.K) and max(p.C, p.K) <= 64 and not (p.C % 32 == 0 and p.K % 32 == 0)
-            and p.stride[-1] == 1)
+    """tapshare could serve the row's problem's channels-last twin (its declines that the problem alone decides)."""
+    from instance_factory.kernels.bwd_weight_tapshare import problem_reason
+
+    return problem_reason(_row_params(row)) is None
 
 
 def _padvec_may_run(row: dict[str, str]) -> bool:

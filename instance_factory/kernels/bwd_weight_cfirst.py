@@ -40,10 +40,10 @@ from ..fast_launch import BoundKernel
 from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters, flattenable
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, chunk_iters, flattenable, slice_reduce
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .common import split_runner
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, check_split_k, sm_count
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, GemmTileConfig, check_split_k, even_split, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightCfirstConfig", "bind", "decline", "is_pointwise_run"]
 
@@ -209,10 +209,7 @@ def bind(args: RunArgs) -> Runner:
     s_out = math.prod(geo.out3)
     sch = triton.cdiv(s_out, bk)
     total_steps = _steps(p, bk)
-    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
-    split = max(1, min(split, total_steps))
-    steps_per_split = triton.cdiv(total_steps, split)
-    split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+    split, steps_per_split = even_split(int(cfg.split_k) or choose_split(p, cfg, sm_count(dev)), total_steps)
     tiles = _tiles(p, cfg)
     if tiles * split > _MAX_GRID:
         raise ValueError(f"bwd-weight cfirst: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
@@ -232,9 +229,7 @@ def bind(args: RunArgs) -> Runner:
     )
     sizes = (geo.G, geo.K, geo.C, s_out, sch, *geo.x_strides[:3], *geo.y_strides[:3],
              steps_per_split, total_steps, w_numel, *geo.w_strides[:3])
-    finalize = None if mode == _MODE_FUSED else BoundKernel(
-        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = None if mode == _MODE_FUSED else slice_reduce(w_numel, int64, epi)
     return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel)
 
 

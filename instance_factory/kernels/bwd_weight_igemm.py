@@ -88,7 +88,7 @@ from .common import _walk_advance, _walk_start
 from .host import SMEM_PER_BLOCK, sm_count
 
 __all__ = ["ALGORITHM_NAMES", "CONFIGS", "MIN_ITERS_PER_SPLIT", "PARAM_NAMES", "SPECS", "BwdWeightIgemmConfig",
-           "SplitKConfig", "bind", "choose_split_k", "chunk_iters", "decline", "sm_count"]
+           "SplitKConfig", "bind", "choose_split_k", "chunk_iters", "decline", "slice_reduce", "sm_count"]
 
 OP_NAME = "conv_bwd_weight"
 FINALIZE_BLOCK = 1024
@@ -339,6 +339,13 @@ def _bwd_weight_finalize_kernel(
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
+def slice_reduce(w_numel: int, int64: bool, epi: dict) -> BoundKernel:
+    """The fixed-order reduce + epilogue over ``split`` fp32 weight slices of ``w_numel`` elements, bound for
+    a split family's runner (``common.split_runner``; ``epi``: the fused op's constexprs)."""
+    return BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
+                       BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+
+
 def _decline(algorithm: str, cfg: SplitKConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
              fused: FusedOp) -> str | None:
     bad = CONFIGS[algorithm].validate(cfg)
@@ -443,8 +450,7 @@ def bind(args: RunArgs, algorithm: str = "splitk_reduce") -> Runner:
 
         return run_fused
 
-    finalize = BoundKernel(_bwd_weight_finalize_kernel, (triton.cdiv(geo.w_numel, FINALIZE_BLOCK),),
-                           BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = slice_reduce(geo.w_numel, int64, epi)
     ws_numel, w_numel = max(slices, 1) * geo.w_numel, geo.w_numel
     make_ws = torch.zeros if mode == _MODE_ATOMIC else torch.empty  # atomics add into zeros
 

@@ -33,7 +33,7 @@ from ..epilogue import FusedOp, apply_epilogue, user_fn_or_noop
 from ..fast_launch import BoundKernel
 from ..layouts import LayoutTriple
 from ..problem import ConvParams, padded_extent
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, chunk_iters, slice_reduce
 from .bwd_weight_igemm import decline as igemm_decline
 from .bwd_weight_igemm_plan import SplitKConfig, check_tensors, choose_split_k, walk_step
 from .common import _walk_advance, _walk_start, split_runner
@@ -263,9 +263,7 @@ def bind_padded_gemm(args: RunArgs, gemm_kernel: Any, **constexprs: Any) -> Runn
         pad(x, xp, *pad_sizes)
         return xp, dy
 
-    finalize = None if mode == _MODE_FUSED else BoundKernel(
-        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = None if mode == _MODE_FUSED else slice_reduce(w_numel, int64, epi)
     return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=padded)
 
 

@@ -53,12 +53,12 @@ from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_data_tma import _with_base, descriptor_template, tma_ready
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
 from .bwd_weight_igemm_plan import check_tensors
 from .bwd_weight_pointwise import programs_per_sm
 from .bwd_weight_tma import group_tile_reason, tf32_smem_reason, tma_wgrad_reason
 from .common import dot_operands, dot_tn, split_runner
-from .host import INT32_LIMIT, GemmTileConfig, check_split_k, operand_smem_bytes, sm_count
+from .host import INT32_LIMIT, GemmTileConfig, check_split_k, even_split, operand_smem_bytes, sm_count
 
 __all__ = ["ALGORITHM", "MAX_SPLIT_POSITIONS", "BwdWeightRowstackConfig", "bind", "box_shape", "choose_split",
            "decline", "min_split", "model_split", "reduction_positions"]
@@ -412,10 +412,7 @@ def bind(args: RunArgs) -> Runner:
             raise ValueError(f"bwd-weight rowstack: {tiles} tiles x {total_steps} steps are over the int32 step index")
         split, steps_per_split, mode = 1, total_steps, _MODE_STREAM
     else:
-        split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
-        split = max(1, min(split, total_steps))
-        steps_per_split = triton.cdiv(total_steps, split)
-        split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+        split, steps_per_split = even_split(int(cfg.split_k) or choose_split(p, cfg, sm_count(dev)), total_steps)
         programs = tiles * split
         if programs > _MAX_GRID:
             raise ValueError(f"bwd-weight rowstack: {programs} programs are over the launch grid's {_MAX_GRID}")
@@ -449,9 +446,7 @@ def bind(args: RunArgs) -> Runner:
             dy = dyp
         return _with_base(dy_template, dy), _with_base(x_template, x)
 
-    finalize = None if mode == _MODE_FUSED else BoundKernel(
-        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = None if mode == _MODE_FUSED else slice_reduce(w_numel, int64, epi)
     # stream: the pieces are added into one zeroed slice; split: every slice is written whole
     return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=operands, zeroed=stream)
 

@@ -48,11 +48,19 @@ from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_data_tma import _with_base, channels_last_view, descriptor_template, tma_ready
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, chunk_iters, slice_reduce
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .bwd_weight_tma import group_tile_reason, tf32_smem_reason, tma_wgrad_reason
 from .common import dot_operands, dot_tn, split_runner
-from .host import INT32_LIMIT, GemmTileConfig, check_split_k, is_pow2, operand_smem_bytes, sm_count
+from .host import (
+    INT32_LIMIT,
+    GemmTileConfig,
+    check_split_k,
+    even_split,
+    is_pow2,
+    operand_smem_bytes,
+    sm_count,
+)
 
 __all__ = ["ALGORITHM", "BwdWeightShiftConfig", "bind", "decline", "plane_plan"]
 
@@ -412,10 +420,8 @@ def bind(args: RunArgs) -> Runner:
         if units * max(total_steps, fix_span) >= INT32_LIMIT:
             raise ValueError(f"bwd-weight shift: {units} units x {total_steps} steps are over the int32 step index")
     else:
-        split = int(cfg.split_k) or auto_split(units, total_steps, sm_count(dev), p.numel("weight"))
-        split = max(1, min(split, total_steps))
-        steps_per_split = triton.cdiv(total_steps, split)
-        split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+        split, steps_per_split = even_split(
+            int(cfg.split_k) or auto_split(units, total_steps, sm_count(dev), p.numel("weight")), total_steps)
         fix_span = triton.cdiv(triton.cdiv(fix_total, bk), split) * bk  # wrapped positions per split
         programs = units * split
         if programs > _MAX_GRID:
@@ -440,9 +446,7 @@ def bind(args: RunArgs) -> Runner:
     def descriptors(x: torch.Tensor, dy: torch.Tensor) -> tuple:
         return _with_base(templates[0], dy), _with_base(templates[1], x), dy, x
 
-    finalize = None if mode == _MODE_FUSED else BoundKernel(
-        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = None if mode == _MODE_FUSED else slice_reduce(w_numel, int64, epi)
     # stream: the pieces are added into one zeroed slice; split: every slice is written whole
     return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=descriptors,
                         zeroed=stream)

@@ -48,14 +48,14 @@ from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
 from .bwd_data_tma import _dy_view, _with_base, channels_last_view, descriptor_template, tma_ready
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
 from .bwd_weight_igemm_plan import auto_split, check_tensors
-from .bwd_weight_tma import tma_wgrad_reason
+from .bwd_weight_tma import tf32_smem_reason, tma_wgrad_reason
 from .common import dot_operands, dot_tn, split_runner
-from .host import INT32_LIMIT, SMEM_PER_BLOCK, check_split_k, is_pow2, sm_count
+from .host import INT32_LIMIT, SMEM_PER_BLOCK, check_split_k, even_split, is_pow2, sm_count
 
 __all__ = ["ALGORITHM", "MAX_GROUP_CHANNELS", "MAX_PACKED_CHANNELS", "BwdWeightTapshareConfig", "bind",
-           "choose_split", "decline", "model_programs", "reduction_positions"]
+           "choose_split", "decline", "model_programs", "problem_reason", "reduction_positions"]
 
 OP_NAME = "conv_bwd_weight"
 _MODE_FUSED = 0  # one split: epilogue + final dtype from the accumulators
@@ -259,19 +259,23 @@ class BwdWeightTapshareConfig(KernelConfig):
     def taps(self) -> int:
         return self.taps_y * self.taps_x
 
+    @property
+    def block_k(self) -> int:
+        """Positions per box: the dots' K (what ``bwd_weight_tma.tf32_smem_reason`` reads)."""
+        return self.block_h * self.block_w
+
     def smem_bytes(self, elem_bytes: int) -> int:
         """The pipeline's boxes: num_stages x (grad_out block_k x block_m + taps x input block_k x block_n)."""
-        bk = self.block_h * self.block_w
-        return max(1, self.num_stages) * bk * (self.block_m + self.taps * self.block_n) * elem_bytes
+        return max(1, self.num_stages) * self.block_k * (self.block_m + self.taps * self.block_n) * elem_bytes
 
     def check(self) -> str | None:
         for name in ("block_m", "block_n", "block_h", "block_w"):
             v = getattr(self, name)
             if not is_pow2(v) or not 1 <= v <= _MAX_BOX:
                 return f"{name}={v!r} must be a power of two up to {_MAX_BOX} (a TMA box dim)"
-        if min(self.block_m, self.block_n) < 16 or self.block_h * self.block_w < 16:
-            return (f"block_m={self.block_m}, block_n={self.block_n} and block_h*block_w="
-                    f"{self.block_h * self.block_w} must be >= 16 (tl.dot's smallest tile)")
+        if min(self.block_m, self.block_n, self.block_k) < 16:
+            return (f"block_m={self.block_m}, block_n={self.block_n} and block_h*block_w={self.block_k} must be "
+                    f">= 16 (tl.dot's smallest tile)")
         for name in ("taps_y", "taps_x"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 1 <= v <= _MAX_TAPS:
@@ -316,7 +320,7 @@ def _as_config(cfg: Mapping[str, Any]) -> BwdWeightTapshareConfig:
 def reduction_positions(params: ConvParams, cfg: Mapping[str, Any]) -> int:
     """Positions the GEMM reduces over: whole block_h x block_w boxes per plane (the cost model's work)."""
     cfg = _as_config(cfg)
-    return _units(params, cfg) * cfg.block_h * cfg.block_w
+    return _units(params, cfg) * cfg.block_k
 
 
 def choose_split(params: ConvParams, cfg: BwdWeightTapshareConfig, sms: int) -> int:
@@ -335,16 +339,9 @@ def _views(params: ConvParams, layout: LayoutTriple, elem: int, dtype_name: str)
     return tma_ready((dy, x), elem, params, dtype_name)
 
 
-def decline(cfg: BwdWeightTapshareConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
-            fused: FusedOp) -> str | None:
-    """None when this instance can run the problem, else a clear reason."""
-    if (why := tma_wgrad_reason("tapshare", dtype)) is not None:
-        return why
-    if dtype.data.itemsize == 4:  # tf32: fp32 boxes plus dot_tn's bf16 hi / lo parts of a tile (bwd_weight_tma)
-        need = cfg.smem_bytes(4) + max(cfg.block_m, cfg.block_n) * cfg.block_h * cfg.block_w * 4
-        if need > SMEM_PER_BLOCK:
-            return (f"tapshare with num_stages={cfg.num_stages} needs {need // 1024} KiB of shared memory for "
-                    f"fp32 tiles (tf32 compute), over {SMEM_PER_BLOCK // 1024} KiB")
+def problem_reason(params: ConvParams) -> str | None:
+    """Why tapshare declines this problem whatever the config, layout and dtype, or None (also the rekey
+    tool's test of whether a relayout row's channels-last twin may launch it)."""
     if params.G == 1:
         return ("tapshare runs grouped layers (G > 1): on dense ones tma, shift and rowstack's larger tiles ran "
                 "2-3x faster (session 50, H100: ResNet-50 7x7 / 14x14 and R3D-18 2x7x7 at 0.36-0.55x cuDNN)")
@@ -362,6 +359,16 @@ def decline(cfg: BwdWeightTapshareConfig, params: ConvParams, layout: LayoutTrip
                 f"two_stage, G32 C64 7x7 0.094 vs 0.038 igemm)")
     if params.stride[-1] != 1:
         return f"tapshare needs a W stride of 1 (an input row is one box), got stride {params.stride}"
+    return None
+
+
+def decline(cfg: BwdWeightTapshareConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """None when this instance can run the problem, else a clear reason."""
+    if (why := tma_wgrad_reason("tapshare", dtype)) is not None:
+        return why
+    if (why := tf32_smem_reason("tapshare", cfg, dtype) or problem_reason(params)) is not None:
+        return why
     if cfg.block_h > 1 and params.ndim >= 2 and params.stride[-2] != 1:
         return (f"block_h={cfg.block_h}: boxes of several rows need an H stride of 1 (consecutive input rows), "
                 f"got stride {params.stride}; block_h 1 takes any H stride")
@@ -393,10 +400,7 @@ def bind(args: RunArgs) -> Runner:
     dd, dh, dw = geo.dil3
     hb, wch = triton.cdiv(Ho, bh), triton.cdiv(Wo, bw)
     units = _units(p, cfg)
-    split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev))
-    split = max(1, min(split, units))
-    steps_per_split = triton.cdiv(units, split)
-    split = triton.cdiv(units, steps_per_split)  # no split left without steps
+    split, steps_per_split = even_split(int(cfg.split_k) or choose_split(p, cfg, sm_count(dev)), units)
     programs = _tiles(p, cfg) * split
     if programs > _MAX_GRID:
         raise ValueError(f"bwd-weight tapshare: {programs} programs are over the launch grid's {_MAX_GRID}")
@@ -419,18 +423,15 @@ def bind(args: RunArgs) -> Runner:
     def descriptors(x: torch.Tensor, dy: torch.Tensor) -> tuple:
         return _with_base(dy_template, dy), _with_base(x_template, x)
 
-    finalize = None if mode == _MODE_FUSED else BoundKernel(
-        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = None if mode == _MODE_FUSED else slice_reduce(w_numel, int64, epi)
     return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=descriptors)
 
 
 def model_programs(params: ConvParams, cfg: Mapping[str, Any], sms: int) -> tuple[int, int]:
     """(programs of one split, the automatic or fixed split) as bind chooses them: the cost model's waves."""
     cfg = _as_config(cfg)
-    units = _units(params, cfg)
-    split = max(1, min(int(cfg.split_k) or choose_split(params, cfg, sms), units))
-    return _tiles(params, cfg), triton.cdiv(units, triton.cdiv(units, split))
+    split, _ = even_split(int(cfg.split_k) or choose_split(params, cfg, sms), _units(params, cfg))
+    return _tiles(params, cfg), split
 
 
 ALGORITHM = register_algorithm(Algorithm(

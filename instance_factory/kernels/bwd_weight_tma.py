@@ -46,7 +46,7 @@ from ..geometry import ConvGeometry
 from ..layouts import LayoutTriple, layout_for
 from ..problem import ConvParams
 from .bwd_data_tma import TensorDescriptor, _dy_view, _with_base, channels_last_view, descriptor_template, tma_ready
-from .bwd_weight_igemm import FINALIZE_BLOCK, _bwd_weight_finalize_kernel, chunk_iters
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, chunk_iters, slice_reduce
 from .bwd_weight_igemm_plan import auto_split, check_tensors
 from .common import dot_operands, dot_tn, split_runner
 from .host import (
@@ -54,6 +54,7 @@ from .host import (
     SMEM_PER_BLOCK,
     GemmTileConfig,
     check_split_k,
+    even_split,
     is_pow2,
     merge_positions,
     operand_smem_bytes,
@@ -358,9 +359,7 @@ def bind(args: RunArgs) -> Runner:
     q_total = N * Do * Ho * wch
     total_steps = triton.cdiv(q_total, cfg.rows)
     split = int(cfg.split_k) or choose_split(p, cfg, sm_count(dev), Wo)
-    split = max(1, min(split, total_steps))
-    steps_per_split = triton.cdiv(total_steps, split)
-    split = triton.cdiv(total_steps, steps_per_split)  # no split left without steps
+    split, steps_per_split = even_split(split, total_steps)
     tiles = _tiles(p, cfg)
     if tiles * split > _MAX_GRID:
         raise ValueError(f"bwd-weight tma: {tiles * split} programs are over the launch grid's {_MAX_GRID}")
@@ -385,9 +384,7 @@ def bind(args: RunArgs) -> Runner:
     def descriptors(x: torch.Tensor, dy: torch.Tensor) -> tuple:
         return _with_base(dy_template, dy), _with_base(x_template, x)
 
-    finalize = None if mode == _MODE_FUSED else BoundKernel(
-        _bwd_weight_finalize_kernel, (triton.cdiv(w_numel, FINALIZE_BLOCK),),
-        BLOCK=FINALIZE_BLOCK, INT64=int64, num_warps=4, **epi)
+    finalize = None if mode == _MODE_FUSED else slice_reduce(w_numel, int64, epi)
     return split_runner(gemm, finalize, sizes, (w_numel, split), split * w_numel, operands=descriptors)
 
 

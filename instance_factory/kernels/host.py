@@ -10,8 +10,8 @@ import torch
 
 from ..kernel_config import KernelConfig
 
-__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "GemmTileConfig", "check_num_stages", "is_pow2",
-           "merge_positions", "operand_smem_bytes", "pipeline_stages", "sm_count"]
+__all__ = ["DEFAULT_SM_COUNT", "INT32_LIMIT", "SMEM_PER_BLOCK", "GemmTileConfig", "check_num_stages", "even_split",
+           "is_pow2", "merge_positions", "operand_smem_bytes", "pipeline_stages", "sm_count"]
 
 DEFAULT_SM_COUNT = 132  # H100 / H200 SXM: what a CPU (interpreter) launch plans for
 INT32_LIMIT = 2**31 - 1  # past this, offsets are computed in int64
@@ -44,6 +44,13 @@ def check_num_stages(ns: Any) -> str | None:
     if not isinstance(ns, int) or isinstance(ns, bool) or not 1 <= ns <= 8:
         return f"num_stages={ns!r} must be an int in 1..8"
     return None
+
+
+def even_split(split: int, steps: int) -> tuple[int, int]:
+    """(splits, steps per split) for ``split`` requested splits of ``steps`` pipelined steps: at least one,
+    at most one a step, and none left without steps (the last may be shorter)."""
+    per_split = -(-steps // max(1, min(split, steps)))
+    return -(-steps // per_split), per_split
 
 
 def check_split_k(sk: Any) -> str | None:
