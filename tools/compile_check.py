@@ -214,12 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             _, args = prepare(op, t["a"], t["b"], p, layout=ns.layout, instance=inst, **op_kwargs(ns.dtype))
             _Recorder.calls = []
             saved = fast_launch.BoundKernel
+            # the bind's module, and the shared helpers that bind kernels for it (the split reduce: slice_reduce)
+            patched = {inst.alg.bind.__module__, "instance_factory.kernels.common", "instance_factory.kernels.bwd_weight_igemm"}
             try:
-                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.common"}:
+                for mod in patched:
                     sys.modules[mod].BoundKernel = _Recorder
                 inst.alg.bind(args)(args.a, args.b, args.out, args.ds, 1.0, 1.0)
             finally:
-                for mod in {inst.alg.bind.__module__, "instance_factory.kernels.common"}:
+                for mod in patched:
                     sys.modules[mod].BoundKernel = saved
             for fn, call_args, constexprs in _Recorder.calls:
                 try:
