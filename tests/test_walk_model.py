@@ -72,3 +72,19 @@ def test_dwtile_row_loop_holds_one_filter_row():
         return tile_data_s(layer, unrolled, 50e12, 132) / tile_data_s(layer, dict(unrolled, row_stages=1), 50e12, 132)
 
     assert gain(7) > gain(3) > 1.0
+
+
+def test_dwtile_floor_is_one_launch():
+    """dwtile's fastest rows are real work on the smallest layers of its sets (0.021 ms on the H200), not its launch
+    cost: its floor is capped at one launch (here igemm's), so a tiny held-out band (12 channels, 1x11, 56x56: 0.012 ms
+    measured) is not priced at that floor and handed to direct (session 51, 0.31 of the best)."""
+    nhwgc = "NHWGC/GKYXC/NHWGK"
+    big_dw = ConvParams(2, 96, 64, 1, 1, (7, 7), (56, 56), (1, 1), (1, 1), (3, 3), (3, 3))
+    dense = ConvParams(2, 1, 64, 256, 256, (3, 3), (14, 14), (1, 1), (1, 1), (1, 1), (1, 1))
+    tile = '{"block_h": 2, "block_w": 32, "block_ch": 16, "row_stages": 0, "num_warps": 4}'
+    rows = [{"problem_key": f"conv_bwd_data|{nhwgc}|fp16|passthrough|{p.key()}", "status": "ok", "instance": inst,
+             "algorithm": alg, "instance_params": cfg, "median_ms": ms}
+            for p, inst, alg, cfg, ms in ((big_dw, "t", "dwtile", tile, 0.0208), (dense, "i", "igemm", "{}", 0.0095))]
+    ev = cm.Evidence.from_rows(rows)
+    assert cm.LAUNCHES[("conv_bwd_data", "dwtile")] == 1
+    assert abs(ev.floor("conv_bwd_data", "dwtile") - 0.0095) < 1e-9

@@ -68,6 +68,11 @@ HOST_COST_MS: dict[tuple[str, str], float] = {}
 # 14x14 / 7x7 layers run 0.020-0.025 ms, near its floor, and were priced 2x over (G480 3x3 14x14 group-major:
 # 0.041 predicted, 0.020 measured; dwroll picked at 0.063). Leave-one-out 0.9269 -> 0.9285 (below 0.5x 24 -> 22);
 # channels-first depthwise dgrad 0.893 -> 0.910, group-major 0.694 -> 0.747.
+# dwtile dgrad likewise (one launch, session 51): its measured floor (0.021 ms H200, 0.018 H100) is the real
+# work of the smallest layers of its set, so on the held-out 12-channel 1x11 56x56 layer (measured 0.012 ms) the
+# floor priced it at 0.022 and direct (0.039 measured) was served at 0.31 of it. Held-out depthwise dgrad replayed
+# (tools/heldout_replay.py): H200 session 46 / 47 rows 0.751 / 0.767 -> 0.861 / 0.907 (worst 0.32 -> 0.59), H100
+# 0.869 / 0.907 -> 0.869 / 0.915; `--hide layer` depthwise dgrad H200 0.919 -> 0.921, H100 0.909 -> 0.907.
 # The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
 # session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
 # Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
@@ -92,7 +97,8 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "tapshare"): 2,
             ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3,
             ("conv_bwd_data", "blockdiag"): 1, ("conv_bwd_data", "bdtap"): 1,
-            ("conv_bwd_data", "bdroll"): 1, ("conv_bwd_weight", "dwplane"): 1, ("conv_bwd_data", "dwplane"): 1}
+            ("conv_bwd_data", "bdroll"): 1, ("conv_bwd_weight", "dwplane"): 1, ("conv_bwd_data", "dwplane"): 1,
+            ("conv_bwd_data", "dwtile"): 1}
 EXTRA_LAUNCH = 0.6
 
 # A family's floor (its fastest measured call) and the work of the call blend as (work^q + floor^q)^(1/q)
