@@ -72,7 +72,8 @@ HOST_COST_MS: dict[tuple[str, str], float] = {}
 # work of the smallest layers of its set, so on the held-out 12-channel 1x11 56x56 layer (measured 0.012 ms) the
 # floor priced it at 0.022 and direct (0.039 measured) was served at 0.31 of it. Held-out depthwise dgrad replayed
 # (tools/heldout_replay.py): H200 session 46 / 47 rows 0.751 / 0.767 -> 0.861 / 0.907 (worst 0.32 -> 0.59), H100
-# 0.869 / 0.907 -> 0.869 / 0.915; `--hide layer` depthwise dgrad H200 0.919 -> 0.921, H100 0.909 -> 0.907.
+# 0.869 / 0.907 -> 0.869 / 0.915; measured again on the H200: 0.742 / 0.751 -> 0.901 / 0.895 (fp16 / bf16); `--hide
+# layer` depthwise dgrad H200 0.919 -> 0.921, H100 0.909 -> 0.907.
 # The bwd-weight pointer GEMMs have no channel-alignment constexpr (bwd-data igemm has one since
 # session 9): with C, K, G*C or G*K not a multiple of 16 their channel loads are one element wide.
 # Session 13 (H100, held-out RegNetY G14 / G37, C = K = 24): they ran 2-3x slower than bdrow while
