@@ -214,15 +214,17 @@ def main(argv: list[str] | None = None) -> int:
             _, args = prepare(op, t["a"], t["b"], p, layout=ns.layout, instance=inst, **op_kwargs(ns.dtype))
             _Recorder.calls = []
             saved = fast_launch.BoundKernel
-            # the bind's module, and the shared helpers that bind kernels for it (the split reduce: slice_reduce)
-            patched = {inst.alg.bind.__module__, "instance_factory.kernels.common", "instance_factory.kernels.bwd_weight_igemm"}
+            # every kernel module that binds launches: the bind's own and the shared helpers it calls
+            # (common's runners, bwd_weight_igemm's slice_reduce), without a list to keep in step with them
+            patched = [m for name, m in list(sys.modules.items())
+                       if name.startswith("instance_factory.kernels.") and getattr(m, "BoundKernel", None) is saved]
             try:
                 for mod in patched:
-                    sys.modules[mod].BoundKernel = _Recorder
+                    mod.BoundKernel = _Recorder
                 inst.alg.bind(args)(args.a, args.b, args.out, args.ds, 1.0, 1.0)
             finally:
                 for mod in patched:
-                    sys.modules[mod].BoundKernel = saved
+                    mod.BoundKernel = saved
             for fn, call_args, constexprs in _Recorder.calls:
                 try:
                     k = compile_launch(fn, call_args, constexprs, target)
