@@ -13,7 +13,9 @@ only talk to kernels through this table.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,24 @@ def require_runnable(why: str | None, label: str, params: Any) -> None:
 def interpreting() -> bool:
     """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_GPU_EMULATED: ContextVar[bool] = ContextVar("gpu_emulated", default=False)
+
+
+def gpu_emulated() -> bool:
+    """True inside :func:`emulating_gpu`: lookups choose as on a GPU (``tuning.database.emulated``), so a
+    family that cannot launch in the interpreter (Gluon's bdring) still counts as a candidate."""
+    return _GPU_EMULATED.get()
+
+
+@contextmanager
+def emulating_gpu() -> Iterator[None]:
+    token = _GPU_EMULATED.set(True)
+    try:
+        yield
+    finally:
+        _GPU_EMULATED.reset(token)
 
 
 @dataclass

@@ -12,7 +12,8 @@ from instance_factory.tuning.problem_sets import expand_problem_set, list_proble
 ROOT = Path(__file__).resolve().parent.parent
 
 
-HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1", "heldout_fresh", "heldout_regnet")
+HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1", "heldout_fresh", "heldout_regnet",
+                "heldout_fewch")
 
 
 def heldout_problems():

@@ -82,7 +82,10 @@ def compile_launch(fn, args: tuple, constexprs: dict, target: GPUTarget):
         if aligned:
             attrs[(i,)] = [["tt.divisibility", 16]]
     opts = {k: constexprs[k] for k in ("num_warps", "num_stages") if k in constexprs}
-    return triton.compile(ASTSource(fn, signature, consts, attrs), target=target, options=opts)
+    source = ASTSource
+    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (bdring) parses through Gluon's front end
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return triton.compile(source(fn, signature, consts, attrs), target=target, options=opts)
 
 
 def _cuobjdump(kernel, flag: str) -> str:

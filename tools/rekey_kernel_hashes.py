@@ -26,6 +26,7 @@ H0's code, where the full rows fill the GPU), so:
     apply s42.json s43.json --only relayout_wgrad_not_padvec FILES    # session 43: the padvec family
     apply s45.json s46.json --only relayout_dgrad_not_dwtile FILES    # session 46: the dwtile family
     apply s49.json s50.json --only relayout_wgrad_not_tapshare FILES  # session 50: the tapshare family
+    apply s51.json s52.json --only relayout_wgrad_not_bdring FILES    # session 52: the bdring family
     instance-factory db compact --db FILE                              # one row per identity again
 
 A new config parameter renames every instance of its family. Where one value of it compiles the code of
@@ -130,6 +131,10 @@ OTHER_CHECKS = {
     # tapshare cannot run launched the same code as before, and would launch it today
     "relayout_wgrad_not_tapshare": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
                                                 and not _tapshare_may_run(row)),
+    # session 52: the new wgrad family bdring changed every wgrad relayout hash; likewise for the rows whose
+    # twin bdring cannot run
+    "relayout_wgrad_not_bdring": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
+                                              and not _bdring_may_run(row)),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
@@ -153,6 +158,15 @@ def _tapshare_may_run(row: dict[str, str]) -> bool:
     from instance_factory.kernels.bwd_weight_tapshare import problem_reason
 
     return problem_reason(_row_params(row)) is None
+
+
+def _bdring_may_run(row: dict[str, str]) -> bool:
+    """bdring could serve the row's problem's channels-last twin (16-bit data, C == K in 4 / 8 / 16, stride and
+    dilation 1, 1D / 2D, filters up to 3 x 3, rows up to 128 wide; packed NHWGC rows of a multiple of 8 channels)."""
+    from instance_factory.kernels.bwd_weight_bdring import problem_reason
+
+    p = _row_params(row)
+    return row.get("dtype") in ("fp16", "bf16", "bf16_fp32w") and problem_reason(p) is None and (p.G * p.C) % 8 == 0
 
 
 def _padvec_may_run(row: dict[str, str]) -> bool:

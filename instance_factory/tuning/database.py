@@ -50,6 +50,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..algorithms import emulating_gpu
 from .schema import (
     COLUMNS,
     IDENTITY,
@@ -226,7 +227,8 @@ def emulated(device: DeviceInfo, software: Software | None = None, *, as_current
     if software is not None:
         _SOFTWARE[:] = [software]
     try:
-        yield key
+        with emulating_gpu():  # candidates as on the GPU: families that need one (bdring) do not decline
+            yield key
     finally:
         for k in keys:
             if k in saved:

@@ -1,5 +1,5 @@
 """Tensor-core work of the families that pack several whole groups into one block-diagonal tile
-(blockdiag, bdtap and bdroll dgrad; bdrow and bdwin wgrad), for the cost model's roofline.
+(blockdiag, bdtap and bdroll dgrad; bdrow, bdwin and bdring wgrad), for the cost model's roofline.
 
 The generic GEMM count puts one group in a tile and pads C to the tile: with C = 4 in a 32-wide tile
 that is 8x the tiles. These count the tiles the kernels launch: GPT groups side by side
@@ -15,11 +15,14 @@ from typing import Any
 
 import triton
 
+from ..kernels.bwd_weight_bdring import plan as bdring_plan
+from ..kernels.bwd_weight_bdring import row_width
 from ..kernels.grouped_blockdiag import tile_groups
 from ..kernels.grouped_rows import program_taps, row_split
 from ..kernels.grouped_window import unit_split, window_plan
+from .model_constants import L2_BW
 
-__all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
+__all__ = ["BLOCKDIAG_DGRAD", "bdring_work", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
 
 #: bwd-data families on block-diagonal tiles of several whole groups
 BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
@@ -27,6 +30,7 @@ BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
 SMEM_PIPE_BW = 29.6e12
 _LINE = 128  # bytes an L1 wavefront serves
 _RESIDENT = 4  # bdwin programs resident per SM (registers, 4 warps each)
+_RING_RESIDENT = 8  # bdring's one-warp programs resident per SM (~200 registers each)
 
 
 def _fill(programs: int, sms: int) -> float:
@@ -92,3 +96,26 @@ def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int,
     occupancy = programs / (triton.cdiv(programs, slots) * slots)
     pipe_s = rows * (window + grad_out + loads) / (SMEM_PIPE_BW * occupancy)
     return padded, _fill(programs, sms), split, pipe_s
+
+
+def bdring_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
+    """(padded FLOPs, wave fill, chunks, pipe seconds) of bdring wgrad: per output row and 16-channel block,
+    a 16 x 16 mma tile per tap over the row padded to WX columns; the pipe is the tiles copied in from L2
+    (the input row once, dy once per tap column) and read by the MMAs from shared memory (the input row
+    once per filter row, each dy copy once per tap), scaled by how many of ~8 resident one-warp programs
+    per SM the grid fills. ``dy_read="regs"`` counts as many copies: its L1 hits did not make it faster on
+    the large layers (session 52, H200: 1.3x slower than cp.async on ResNeXt's 56x56 ones), and the rows'
+    correction tells the two apart."""
+    _, fy, fx = params.spatial3("filter")
+    blocks, _, chunks = bdring_plan(params, int(cfg["waves"]), sms)
+    rows = params.N * params.spatial3("output")[1]
+    wx = row_width(params)
+    tile = wx * 16 * elem_bytes
+    copies = fx + 1
+    steps = rows * blocks
+    padded = 2.0 * steps * fy * fx * 16 * 16 * wx
+    programs = blocks * chunks
+    slots = _RING_RESIDENT * sms
+    occupancy = programs / (triton.cdiv(programs, slots) * slots)
+    pipe_s = steps * max(copies * tile / L2_BW, (fy + fy * fx + fx + 1) * tile / SMEM_PIPE_BW) / occupancy
+    return padded, _fill(programs, sms), chunks, pipe_s
