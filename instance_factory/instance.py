@@ -51,6 +51,7 @@ PARAM_ABBREVIATIONS: dict[str, str] = {
     "dy_read": "",
     "row_stages": "rs",
     "waves": "wv",
+    "rows": "rows",
 }
 # the value 0 of these parameters means "chosen by the launcher" / "all": written as a word
 _ZERO_WORDS = {"split_k": "auto", "split": "auto", "block_t": "all", "block_x": "auto", "unroll": "auto",

@@ -2,8 +2,9 @@
 channels). Gluon does not run in the Triton interpreter, so on CPU this file checks the declines, the configs,
 the launch plan and that every kernel variant compiles for sm_90 (Triton's wheel carries ptxas); on a CUDA GPU
 (TRITON_INTERPRET=0) it checks results against the float64 reference, launched directly with
-test_bwd_weight_igemm's runner: ring reloads at image starts and across row chunks, asymmetric pads, filters
-under 3 x 3, groups past the last 16-channel block, 1D rows, every fused op and the dtypes.
+test_bwd_weight_igemm's runner, for both walks (the input-row ring and stacked rows): ring reloads at image
+starts and across row chunks, stacked steps across images and past a chunk's end, asymmetric pads, filters under
+3 x 3, groups past the last 16-channel block, 1D rows, every fused op and the dtypes.
 """
 
 import os
@@ -31,11 +32,15 @@ PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 _p = igemm_tests._p
 ALG = igemm_tests._alg("bdring")
 ON_GPU = torch.cuda.is_available() and not interpreting()
-gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run on a CUDA GPU only (not in the interpreter)")
+
+
+def gpu(test):
+    """A results test: marked gpu (``pytest -m gpu``) and skipped off the GPU, where Gluon kernels do not run."""
+    return pytest.mark.gpu(pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run on a CUDA GPU only")(test))
 
 
 def _cfg(**kw):
-    cfg = dict(waves=4, dy_read="async")
+    cfg = dict(waves=4, dy_read="async", rows=1)
     cfg.update(kw)
     return ALG.config.from_values(cfg)
 
@@ -83,20 +88,28 @@ def test_layout_dtype_and_alignment_declines(monkeypatch):
     why = ALG.decline(_cfg(), _p(2, G=3, K=4, C=4, i=(6, 9)), lt, DATA_TYPES["fp16"], fo)
     assert why and "multiple of 8" in why
     assert "waves" in ALG.decline(_cfg(waves=3), p, lt, DATA_TYPES["fp16"], fo)
+    wide = _p(2, G=4, K=8, C=8, i=(6, 56), lp=(1, 1), rp=(1, 1))  # rows of 64 positions
+    assert ALG.decline(_cfg(rows=2), wide, lt, DATA_TYPES["fp16"], fo) is None
+    why = ALG.decline(_cfg(rows=4), wide, lt, DATA_TYPES["fp16"], fo)
+    assert why and "rows=1 takes this plane" in why
 
 
 def test_config_checks():
     assert ALG.check_config(_cfg()) is None
     assert "waves" in ALG.check_config(_cfg(waves=5))
     assert "dy_read" in ALG.check_config(_cfg(dy_read="tma"))
+    assert "rows=3" in ALG.check_config(_cfg(rows=3))
+    assert "cp.async only" in ALG.check_config(_cfg(rows=2, dy_read="regs"))
 
 
+@pytest.mark.parametrize("step", [1, 2, 4])
 @pytest.mark.parametrize("n,g,c,h,waves,sms", [(64, 32, 8, 56, 4, 132), (3, 7, 8, 11, 16, 132), (1, 2, 16, 5, 2, 8)])
-def test_plan_covers_every_row_and_channel(n, g, c, h, waves, sms):
+def test_plan_covers_every_row_and_channel(n, g, c, h, waves, sms, step):
     p = _p(2, G=g, N=n, K=c, C=c, i=(h, h), lp=(1, 1), rp=(1, 1))
-    blocks, chunk, chunks = bwd_weight_bdring.plan(p, waves, sms)
+    blocks, chunk, chunks = bwd_weight_bdring.plan(p, waves, sms, step)
     rows = n * h
     assert blocks * 16 >= g * c > (blocks - 1) * 16
+    assert chunk % step == 0
     assert (chunks - 1) * chunk < rows <= chunks * chunk
     assert blocks * chunks <= max(blocks, sms * waves + blocks)
 
@@ -115,7 +128,7 @@ def test_ring_and_row_sizes():
 @pytest.mark.parametrize("dtype,problem,layout", [
     ("fp16", "2d-g32-n2-k8-c8-f3x3-i56x56-s1x1-d1x1-l1x1-r1x1", "NHWGC/GKYXC/NHWGK"),
     ("bf16", "2d-g7-n2-k16-c16-f1x3-i9x30-s1x1-d1x1-l0x1-r0x1", "NHWGC/GKYXC/NHWGK"),
-    ("fp16", "1d-g16-n2-k4-c4-f3-i100-s1-d1-l1-r1", "NWGC/GKXC/NWGK"),
+    ("fp16", "1d-g16-n2-k4-c4-f3-i50-s1-d1-l1-r1", "NWGC/GKXC/NWGK"),
 ])
 def test_compiles_for_sm90(dtype, problem, layout):
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
@@ -124,8 +137,9 @@ def test_compiles_for_sm90(dtype, problem, layout):
          "--pattern", "*-bdring-*wv4_*", "--layout", layout, "--problem", problem],
         capture_output=True, text=True, env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    lines = [ln for ln in run.stdout.splitlines() if "_bwd_weight_bdring_kernel" in ln]
-    assert len(lines) == 2, run.stdout  # async and regs
+    lines = [ln for ln in run.stdout.splitlines() if "_bwd_weight_bdring_" in ln]
+    assert sum("_bwd_weight_bdring_kernel" in ln for ln in lines) == 2, run.stdout  # the ring: async and regs
+    assert sum("_bwd_weight_bdring_stack_kernel" in ln for ln in lines) >= 1, run.stdout  # stacked rows 2 (and 4)
     for ln in lines:
         assert "stack    0" in ln and "cp.async.16B" in ln, ln  # no spills; 16-byte async copies
 
@@ -142,22 +156,27 @@ GEOMETRY = {
     "3x1-asym": (_p(2, G=4, N=1, K=16, C=16, f=(3, 1), i=(12, 9), lp=(2, 0), rp=(0, 0)), {}),
     "2x2-no-pad": (_p(2, G=4, N=2, K=8, C=8, f=(2, 2), i=(7, 10)), {}),
     "many-chunks": (_p(2, G=4, N=4, K=4, C=4, i=(10, 33), lp=(2, 0), rp=(0, 0)), dict(waves=16)),
+    "7x7-planes": (_p(2, G=6, N=5, K=8, C=8, i=(7, 7), lp=(1, 1), rp=(1, 1)), dict(waves=2)),
     "1d": (_p(1, G=16, N=3, K=4, C=4, f=(3,), i=(100,), lp=(1,), rp=(1,)), {}),
 }
 
 
 @gpu
-@pytest.mark.parametrize("dy_read", ["async", "regs"])
+@pytest.mark.parametrize("walk", [dict(dy_read="async"), dict(dy_read="regs"), dict(rows=2), dict(rows=4)])
 @pytest.mark.parametrize("name", list(GEOMETRY))
-def test_geometry(name, dy_read):
+def test_geometry(name, walk):
     p, kw = GEOMETRY[name]
-    igemm_tests._check("bdring", p, "nhwgc", "fp16", cfg=_cfg(dy_read=dy_read, **kw))
+    cfg = _cfg(**walk, **kw)
+    if ALG.decline(cfg, p, layout_for("nhwgc", p.ndim), DATA_TYPES["fp16"], FUSED_OPS["passthrough"]):
+        pytest.skip("this walk declines the plane (rows over 128 positions a step)")
+    igemm_tests._check("bdring", p, "nhwgc", "fp16", cfg=cfg)
 
 
 @gpu
+@pytest.mark.parametrize("rows", [1, 4])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w"])
-def test_dtypes(dtype):
-    igemm_tests._check("bdring", GEOMETRY["G7-C8-odd-groups"][0], "nhwgc", dtype, cfg=_cfg())
+def test_dtypes(dtype, rows):
+    igemm_tests._check("bdring", GEOMETRY["G7-C8-odd-groups"][0], "nhwgc", dtype, cfg=_cfg(rows=rows))
 
 
 @gpu
@@ -168,9 +187,27 @@ def test_fused_ops(op, n_ds):
 
 
 @gpu
-def test_deterministic_bitwise():
+@pytest.mark.parametrize("rows", [1, 2])
+def test_deterministic_bitwise(rows):
     p = GEOMETRY["many-chunks"][0]
-    first, _, err, tol = igemm_tests._run("bdring", p, "nhwgc", "fp16", cfg=_cfg(waves=16), seed=3)
+    first, _, err, tol = igemm_tests._run("bdring", p, "nhwgc", "fp16", cfg=_cfg(waves=16, rows=rows), seed=3)
     assert err <= tol
-    again, _, _, _ = igemm_tests._run("bdring", p, "nhwgc", "fp16", cfg=_cfg(waves=16), seed=3)
+    again, _, _, _ = igemm_tests._run("bdring", p, "nhwgc", "fp16", cfg=_cfg(waves=16, rows=rows), seed=3)
     assert torch.equal(first.view(torch.int16), again.view(torch.int16))
+
+
+def test_cost_model_prices_both_walks():
+    """The roofline's window term: the stacked walk copies each input row once per filter row (dearer on wide
+    planes), and its steps are fewer (the latency part shrinks)."""
+    from instance_factory.tuning.packed_tiles import bdring_work
+    from instance_factory.tuning.roofline import model_parts, work_modelled
+
+    wide = _p(2, G=32, N=64, K=8, C=8, i=(56, 56), lp=(1, 1), rp=(1, 1))
+    narrow = _p(2, G=46, N=64, K=8, C=8, i=(7, 7), lp=(1, 1), rp=(1, 1))
+    cfg = dict(waves=4, dy_read="async", rows=1)
+    assert work_modelled("conv_bwd_weight", "bdring", cfg)
+    one = model_parts("conv_bwd_weight", wide, "fp16", "bdring", cfg, 132)[0]
+    two = model_parts("conv_bwd_weight", wide, "fp16", "bdring", dict(cfg, rows=2), 132)[0]
+    assert 0 < one < two
+    pipe = [bdring_work(narrow, dict(cfg, rows=r, waves=2), 132, 2)[3] for r in (1, 4)]
+    assert all(p > 0 for p in pipe)

@@ -42,17 +42,11 @@ from ..geometry import ConvGeometry
 from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
+from .bdring_kernels import _bwd_weight_bdring_kernel, _bwd_weight_bdring_stack_kernel, gluon
 from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
 from .bwd_weight_igemm_plan import check_tensors
 from .common import split_runner
 from .host import INT32_LIMIT, sm_count
-
-try:
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
-except ImportError:  # a Triton without Gluon (before 3.5): the family declines
-    gluon = None
 
 __all__ = ["ALGORITHM", "BwdWeightBdringConfig", "CHANNELS", "bind", "decline", "gluon_reason", "plan",
            "problem_reason", "reduction_positions", "ring_slots", "row_width"]
@@ -63,174 +57,7 @@ MAX_TAPS = 3  # per filter axis: the kernel's nine accumulators
 MAX_ROW = 128  # WX, the padded output row plus FX - 1 columns, at most this
 WAVES = (2, 4, 8, 16)
 DY_READS = ("async", "regs")
-
-if gluon is not None:
-    # Triton 3.9 renamed two Gluon builtins; one name for both
-    _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-    _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-
-    @gluon.jit
-    def _issue_dy(dy_ptr, dy_s, stage, n, oh, ch0, GC, Wo, ys_n, ys_h, ys_w,
-                  FX: gl.constexpr, WX: gl.constexpr, LOAD: gl.constexpr):
-        """dy row (n, oh) once per tap column tx, shifted right by tx, by cp.async (each copy from L2)."""
-        cols = gl.arange(0, 16, layout=gl.SliceLayout(0, LOAD))
-        pos = gl.arange(0, WX, layout=gl.SliceLayout(1, LOAD))
-        cok = (ch0 + cols) < GC
-        for tx in gl.static_range(FX):
-            ow = pos - tx
-            m = ((ow >= 0) & (ow < Wo))[:, None] & cok[None, :]
-            p = dy_ptr + (n * ys_n + oh * ys_h + ow[:, None] * ys_w) * 8 + (ch0 + cols)[None, :]
-            _async_load(dy_s.index(stage * FX + tx), p, mask=m)
-
-    @gluon.jit
-    def _load_dy(dy_ptr, n, oh, ch0, GC, Wo, ys_n, ys_h, ys_w, tx: gl.constexpr, WX: gl.constexpr,
-                 LOAD: gl.constexpr):
-        """dy row (n, oh) shifted right by tx, in registers (zero outside the row)."""
-        cols = gl.arange(0, 16, layout=gl.SliceLayout(0, LOAD))
-        pos = gl.arange(0, WX, layout=gl.SliceLayout(1, LOAD))
-        ow = pos - tx
-        m = ((ow >= 0) & (ow < Wo))[:, None] & ((ch0 + cols) < GC)[None, :]
-        p = dy_ptr + (n * ys_n + oh * ys_h + ow[:, None] * ys_w) * 8 + (ch0 + cols)[None, :]
-        return gl.load(p, mask=m, other=0.0)
-
-    @gluon.jit
-    def _issue_x(x_ptr, x_s, n, ih, slot, ch0, GC, H, W, pad_w, xs_n, xs_h, xs_w,
-                 WX: gl.constexpr, LOAD: gl.constexpr):
-        """Input row (n, ih) from column -pad_w into ring slot ``slot``, zero outside the plane."""
-        cols = gl.arange(0, 16, layout=gl.SliceLayout(0, LOAD))
-        pos = gl.arange(0, WX, layout=gl.SliceLayout(1, LOAD))
-        iw = pos - pad_w
-        ok = (ih >= 0) & (ih < H)
-        m = ((iw >= 0) & (iw < W) & ok)[:, None] & ((ch0 + cols) < GC)[None, :]
-        p = x_ptr + (n * xs_n + ih * xs_h + iw[:, None] * xs_w) * 8 + (ch0 + cols)[None, :]
-        _async_load(x_s.index(slot), p, mask=m)
-
-    @gluon.jit
-    def _row_taps(a0, a1, a2, x_s, dy_s, slot, stage, FX: gl.constexpr, A_L: gl.constexpr, B_L: gl.constexpr):
-        """One filter row's taps: its input row (A, loaded once) against the FX shifted dy copies."""
-        a = x_s.index(slot).permute((1, 0)).load(A_L)
-        a0 = mma_v2(a, dy_s.index(stage * FX).load(B_L), a0)
-        if FX > 1:
-            a1 = mma_v2(a, dy_s.index(stage * FX + 1).load(B_L), a1)
-        if FX > 2:
-            a2 = mma_v2(a, dy_s.index(stage * FX + 2).load(B_L), a2)
-        return a0, a1, a2
-
-    @gluon.jit
-    def _store_tap(acc, ws_ptr, base, blk, G, ty: gl.constexpr, tx: gl.constexpr, C: gl.constexpr,
-                   ws_g, ws_k, ws_c, ws_y, ws_x, MMA: gl.constexpr):
-        """Tap (ty, tx): the accumulator's diagonal C x C blocks into this chunk's fp32 slice."""
-        i = gl.arange(0, 16, layout=gl.SliceLayout(1, MMA))  # input channel in the block: group i // C
-        j = gl.arange(0, 16, layout=gl.SliceLayout(0, MMA))  # grad_out channel in the block
-        g = blk * (16 // C) + i // C
-        keep = ((i // C)[:, None] == (j // C)[None, :]) & (g < G)[:, None]
-        off = (base + g[:, None] * ws_g + (j % C)[None, :] * ws_k + (i % C)[:, None] * ws_c
-               + ty * ws_y + tx * ws_x)
-        gl.store(ws_ptr + off, acc, mask=keep)
-
-    @gluon.jit
-    def _bwd_weight_bdring_kernel(
-        x_ptr, dy_ptr, out_ptr, ws_ptr, d0, d1, d2, d3, alpha, beta,
-        G, ROWS, CHUNK, Ho, H, W, Wo, pad_h, pad_w,
-        xs_n, xs_h, xs_w, ys_n, ys_h, ys_w,  # n / h / w strides in units of 8 elements: 16-byte rows
-        ws_g, ws_k, ws_c, ws_y, ws_x, W_NUMEL,
-        C: gl.constexpr, FY: gl.constexpr, FX: gl.constexpr, WX: gl.constexpr, R: gl.constexpr,
-        DY_REGS: gl.constexpr,
-    ):
-        blk = gl.program_id(0)  # 16-channel block
-        chunk = gl.program_id(1)  # chunk of output rows (n, oh)
-        ch0 = blk * 16
-        GC = G * C
-        LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [1, 1], [1, 0])
-        SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
-        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-        B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-        dy_s = gl.allocate_shared_memory(dy_ptr.dtype.element_ty, [2 * FX, WX, 16], SMEM)
-        x_s = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [R, WX, 16], SMEM)
-
-        r0 = chunk * CHUNK
-        r1 = gl.minimum(r0 + CHUNK, ROWS)
-        zero = gl.zeros([16, 16], gl.float32, MMA)
-        a00 = zero
-        a01 = zero
-        a02 = zero
-        a10 = zero
-        a11 = zero
-        a12 = zero
-        a20 = zero
-        a21 = zero
-        a22 = zero
-        VR = Ho + FY - 1  # ring rows per image
-        n = r0 // Ho
-        oh = r0 % Ho
-        if DY_REGS:
-            for tx in gl.static_range(FX):
-                dy_s.index(tx).store(_load_dy(dy_ptr, n, oh, ch0, GC, Wo, ys_n, ys_h, ys_w, tx, WX, LOAD))
-        else:
-            _issue_dy(dy_ptr, dy_s, 0, n, oh, ch0, GC, Wo, ys_n, ys_h, ys_w, FX, WX, LOAD)
-        for ty in gl.static_range(FY):
-            _issue_x(x_ptr, x_s, n, oh + ty - pad_h, (n * VR + oh + ty) % R, ch0, GC, H, W, pad_w,
-                     xs_n, xs_h, xs_w, WX, LOAD)
-        async_copy.commit_group()
-        for r in range(r0, r1):
-            stage = (r - r0) % 2
-            n = r // Ho
-            oh = r % Ho
-            v = n * VR + oh
-            rn = gl.minimum(r + 1, ROWS - 1)
-            n1 = rn // Ho
-            oh1 = rn % Ho
-            if DY_REGS:
-                e0 = _load_dy(dy_ptr, n1, oh1, ch0, GC, Wo, ys_n, ys_h, ys_w, 0, WX, LOAD)
-                if FX > 1:
-                    e1 = _load_dy(dy_ptr, n1, oh1, ch0, GC, Wo, ys_n, ys_h, ys_w, 1, WX, LOAD)
-                if FX > 2:
-                    e2 = _load_dy(dy_ptr, n1, oh1, ch0, GC, Wo, ys_n, ys_h, ys_w, 2, WX, LOAD)
-            else:
-                _issue_dy(dy_ptr, dy_s, 1 - stage, n1, oh1, ch0, GC, Wo, ys_n, ys_h, ys_w, FX, WX, LOAD)
-            # the next row's new input rows (one within an image, FY at an image's start), into free slots
-            v1 = n1 * VR + oh1
-            for ty in gl.static_range(FY):
-                if (r + 1 < r1) & ((ty == FY - 1) | (oh1 == 0)):
-                    _issue_x(x_ptr, x_s, n1, oh1 + ty - pad_h, (v1 + ty) % R, ch0, GC, H, W, pad_w,
-                             xs_n, xs_h, xs_w, WX, LOAD)
-            async_copy.commit_group()
-            async_copy.wait_group(1)
-            _barrier()
-            a00, a01, a02 = _row_taps(a00, a01, a02, x_s, dy_s, v % R, stage, FX, A_L, B_L)
-            if FY > 1:
-                a10, a11, a12 = _row_taps(a10, a11, a12, x_s, dy_s, (v + 1) % R, stage, FX, A_L, B_L)
-            if FY > 2:
-                a20, a21, a22 = _row_taps(a20, a21, a22, x_s, dy_s, (v + 2) % R, stage, FX, A_L, B_L)
-            if DY_REGS:
-                dy_s.index((1 - stage) * FX).store(e0)
-                if FX > 1:
-                    dy_s.index((1 - stage) * FX + 1).store(e1)
-                if FX > 2:
-                    dy_s.index((1 - stage) * FX + 2).store(e2)
-            _barrier()
-        base = chunk * W_NUMEL
-        _store_tap(a00, ws_ptr, base, blk, G, 0, 0, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-        if FX > 1:
-            _store_tap(a01, ws_ptr, base, blk, G, 0, 1, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-        if FX > 2:
-            _store_tap(a02, ws_ptr, base, blk, G, 0, 2, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-        if FY > 1:
-            _store_tap(a10, ws_ptr, base, blk, G, 1, 0, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-            if FX > 1:
-                _store_tap(a11, ws_ptr, base, blk, G, 1, 1, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-            if FX > 2:
-                _store_tap(a12, ws_ptr, base, blk, G, 1, 2, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-        if FY > 2:
-            _store_tap(a20, ws_ptr, base, blk, G, 2, 0, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-            if FX > 1:
-                _store_tap(a21, ws_ptr, base, blk, G, 2, 1, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-            if FX > 2:
-                _store_tap(a22, ws_ptr, base, blk, G, 2, 2, C, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
-else:
-    _bwd_weight_bdring_kernel = None
-
+ROWS_PER_STEP = (1, 2, 4)  # 1: the ring walk; 2, 4: the stacked walk (narrow planes)
 
 # ------------------------------------------------------------------------------------------------
 # host side
@@ -238,16 +65,22 @@ else:
 @dataclass(frozen=True)
 class BwdWeightBdringConfig(KernelConfig):
     """Programs of one warp: ~``waves`` x SMs of them over the 16-channel blocks and row chunks; dy's
-    shifted copies by cp.async or through registers (``dy_read``)."""
+    shifted copies by cp.async or through registers (``dy_read``); ``rows`` output rows a step (1: the ring
+    walk, 2 / 4: the stacked walk, cp.async only)."""
 
     waves: int
     dy_read: str
+    rows: int
 
     def check(self) -> str | None:
         if self.waves not in WAVES:
             return f"waves={self.waves!r} is not one of {WAVES}"
         if self.dy_read not in DY_READS:
             return f"dy_read={self.dy_read!r} is not one of {DY_READS}"
+        if self.rows not in ROWS_PER_STEP:
+            return f"rows={self.rows!r} is not one of {ROWS_PER_STEP}"
+        if self.rows > 1 and self.dy_read != "async":
+            return f"rows={self.rows} (the stacked walk) copies dy by cp.async only: dy_read='regs' is the ring's"
         return None
 
 
@@ -326,23 +159,27 @@ def decline(cfg: BwdWeightBdringConfig, params: ConvParams, layout: LayoutTriple
     strides = _strides(params, layout)
     if isinstance(strides, str):
         return strides
+    if cfg.rows * row_width(params) > MAX_ROW:
+        return (f"rows={cfg.rows} stacked rows of {row_width(params)} columns are over {MAX_ROW} positions a step: "
+                f"rows=1 takes this plane")
     if params.numel("input") >= INT32_LIMIT or params.numel("output") >= INT32_LIMIT:
         return "bdring addresses input and grad_out in int32: a tensor has 2^31 or more elements"
     return None
 
 
-def plan(params: ConvParams, waves: int, sms: int) -> tuple[int, int, int]:
-    """(16-channel blocks, rows per chunk, chunks): about ``waves`` x ``sms`` one-warp programs."""
+def plan(params: ConvParams, waves: int, sms: int, step: int = 1) -> tuple[int, int, int]:
+    """(16-channel blocks, rows per chunk, chunks): about ``waves`` x ``sms`` one-warp programs, chunks of a
+    multiple of ``step`` output rows (the rows a step takes)."""
     _, _, ho, _, _, _, _ = _plane(params)
     rows = params.N * ho
     blocks = triton.cdiv(params.G * params.C, 16)
-    chunks = max(1, min(rows, triton.cdiv(sms * waves, blocks)))
-    chunk = triton.cdiv(rows, chunks)
+    chunks = max(1, min(triton.cdiv(rows, step), triton.cdiv(sms * waves, blocks)))
+    chunk = triton.cdiv(triton.cdiv(rows, chunks), step) * step
     return blocks, chunk, triton.cdiv(rows, chunk)
 
 
 def reduction_positions(params: ConvParams, cfg: Mapping[str, Any]) -> int:
-    """Positions the mma chains reduce over: every output row padded to WX columns."""
+    """Positions the mma chains reduce over: every output row padded to WX columns (either walk)."""
     _, _, ho, _, _, _, _ = _plane(params)
     return params.N * ho * row_width(params)
 
@@ -353,14 +190,18 @@ def bind(args: RunArgs) -> Runner:
     require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight bdring", p)
     dev = check_tensors(args).device
     h, w, ho, wo, fy, fx, pad_h = _plane(p)
-    blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev))
+    blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev), cfg.rows)
     w_numel = geo.w_numel
     int64 = bool(chunks * w_numel >= INT32_LIMIT)
     if int64:
         raise ValueError(f"bwd-weight bdring: {chunks} fp32 slices of {w_numel} elements need 64-bit offsets")
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
-    gemm = BoundKernel(_bwd_weight_bdring_kernel, (blocks, chunks), C=p.C, FY=fy, FX=fx, WX=row_width(p),
-                       R=ring_slots(fy), DY_REGS=cfg.dy_read == "regs", num_warps=1)
+    if cfg.rows == 1:
+        gemm = BoundKernel(_bwd_weight_bdring_kernel, (blocks, chunks), C=p.C, FY=fy, FX=fx, WX=row_width(p),
+                           R=ring_slots(fy), DY_REGS=cfg.dy_read == "regs", num_warps=1)
+    else:
+        gemm = BoundKernel(_bwd_weight_bdring_stack_kernel, (blocks, chunks), C=p.C, FY=fy, FX=fx,
+                           WX=row_width(p), RPS=cfg.rows, num_warps=1)
     ws_g, ws_k, ws_c, _, ws_y, ws_x = geo.w_strides
     sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
              *(s // 8 for s in _strides(p, args.layout)), ws_g, ws_k, ws_c, ws_y, ws_x, w_numel)
@@ -372,4 +213,5 @@ ALGORITHM = register_algorithm(Algorithm(
     description="Gluon grouped dL/dW for 4-16 channels per group: per output row the input row in a shared-memory "
                 "ring and dy's row once per tap column (shifted), one mma.sync chain per tap on block-diagonal "
                 "16 x 16 tiles; fp32 slices per row chunk, fixed-order reduce",
-    kernels=tuple(k for k in (_bwd_weight_bdring_kernel, _bwd_weight_finalize_kernel) if k is not None)))
+    kernels=tuple(k for k in (_bwd_weight_bdring_kernel, _bwd_weight_bdring_stack_kernel,
+                              _bwd_weight_finalize_kernel) if k is not None)))

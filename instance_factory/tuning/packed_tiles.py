@@ -31,6 +31,9 @@ SMEM_PIPE_BW = 29.6e12
 _LINE = 128  # bytes an L1 wavefront serves
 _RESIDENT = 4  # bdwin programs resident per SM (registers, 4 warps each)
 _RING_RESIDENT = 8  # bdring's one-warp programs resident per SM (~200 registers each)
+#: one bdring step's latency (its copies' wait and two barriers): session 52, H200, G32 C16 14x14 N64 ran 53
+#: one-row steps a program in 0.0331 ms and 14 four-row steps in 0.0294, G46 C8 7x7 0.0203 and 0.0173
+RING_STEP_S = 0.1e-6
 
 
 def _fill(programs: int, sms: int) -> float:
@@ -100,22 +103,25 @@ def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int,
 
 def bdring_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
     """(padded FLOPs, wave fill, chunks, pipe seconds) of bdring wgrad: per output row and 16-channel block,
-    a 16 x 16 mma tile per tap over the row padded to WX columns; the pipe is the tiles copied in from L2
-    (the input row once, dy once per tap column) and read by the MMAs from shared memory (the input row
-    once per filter row, each dy copy once per tap), scaled by how many of ~8 resident one-warp programs
-    per SM the grid fills. ``dy_read="regs"`` counts as many copies: its L1 hits did not make it faster on
-    the large layers (session 52, H200: 1.3x slower than cp.async on ResNeXt's 56x56 ones), and the rows'
-    correction tells the two apart."""
+    a 16 x 16 mma tile per tap over the row padded to WX columns. The pipe is the longer of two terms.
+    Throughput: the tiles copied in from L2 (the ring walk: the input row once and dy once per tap column;
+    the stacked walk, ``rows`` > 1: the input rows once per filter row too) and read by the MMAs from shared
+    memory, over how many of ~8 resident one-warp programs per SM the grid fills. Latency: each program's
+    steps one after another (a step waits for its copies), RING_STEP_S each. ``dy_read="regs"`` counts as
+    many copies: its L1 hits did not make it faster on the large layers (session 52, H200: 1.3x slower than
+    cp.async on ResNeXt's 56x56 ones), and the rows' correction tells the two apart."""
     _, fy, fx = params.spatial3("filter")
-    blocks, _, chunks = bdring_plan(params, int(cfg["waves"]), sms)
+    step = int(cfg.get("rows", 1))
+    blocks, chunk, chunks = bdring_plan(params, int(cfg["waves"]), sms, step)
     rows = params.N * params.spatial3("output")[1]
     wx = row_width(params)
     tile = wx * 16 * elem_bytes
-    copies = fx + 1
+    copies = fx + (1 if step == 1 else fy)
     steps = rows * blocks
     padded = 2.0 * steps * fy * fx * 16 * 16 * wx
     programs = blocks * chunks
     slots = _RING_RESIDENT * sms
     occupancy = programs / (triton.cdiv(programs, slots) * slots)
-    pipe_s = steps * max(copies * tile / L2_BW, (fy + fy * fx + fx + 1) * tile / SMEM_PIPE_BW) / occupancy
-    return padded, _fill(programs, sms), chunks, pipe_s
+    pipe_s = steps * max(copies * tile / L2_BW, (fy + fy * fx + copies) * tile / SMEM_PIPE_BW) / occupancy
+    latency_s = triton.cdiv(programs, slots) * triton.cdiv(chunk, step) * RING_STEP_S
+    return padded, _fill(programs, sms), chunks, max(pipe_s, latency_s)
