@@ -53,6 +53,7 @@ def gpu_emulated() -> bool:
 
 @contextmanager
 def emulating_gpu() -> Iterator[None]:
+    """Inside, :func:`gpu_emulated` is True (this thread / task only)."""
     token = _GPU_EMULATED.set(True)
     try:
         yield

@@ -16,14 +16,17 @@ are not the bound, the tile copies are).
 
 The ring has 2 x FY slots (a power of two) numbered per image (input row ih of image n is row
 v = n * (Ho + FY - 1) + ih + pad_h), so an image's first output row loads its FY input rows while the
-previous image's last row computes. dy's
-copies go by cp.async (``dy_read="async"``, each from L2) or through registers (``"regs"``: the second and
-third shifted reads hit L1), a per-layer choice. Row chunks write fp32 slices [chunk, dW] in the weight's
-layout, and ``bwd_weight_igemm``'s fixed-order reduce applies the epilogue (deterministic; always two launches).
+previous image's last row computes. dy's copies go by cp.async (``dy_read="async"``, each from L2) or through
+registers (``"regs"``: the second and third shifted reads hit L1), a per-layer choice. ``rows`` 2 / 4 take the
+stacked walk instead (``bdring_kernels``): that many output rows a step, each filter row's input rows and each
+tap column's dy rows stacked into one tile, for 7x7 / 14x14 planes where one 16-wide row a step leaves each
+program waiting on its copies. Row chunks write fp32 slices [chunk, dW] in the weight's layout, and
+``bwd_weight_igemm``'s fixed-order reduce applies the epilogue (deterministic; always two launches).
 
-Gluon does not run in the Triton interpreter: there this family declines, and the CPU tests compile it for
-sm_90 with the wheel's ptxas. Channels-last NHWGC (and NWGC), 16-bit data, stride and dilation 1, filters up to
-3 x 3, output rows up to 126 wide.
+Gluon does not run in the Triton interpreter: there this family declines (not while a lookup emulates a GPU
+from its rows, ``algorithms.gpu_emulated``), and the CPU tests compile it for sm_90 with the wheel's ptxas.
+Channels-last NHWGC (and NWGC), 16-bit data, stride and dilation 1, filters up to 3 x 3, output rows up to 126
+wide.
 """
 
 from __future__ import annotations
