@@ -31,6 +31,7 @@ wide.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -135,8 +136,10 @@ def problem_reason(params: ConvParams) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def _strides(params: ConvParams, layout: LayoutTriple) -> tuple | str:
-    """(x's n / h / w strides, dy's) in elements, or why the layout does not fit."""
+    """(x's n / h / w strides, dy's) in elements, or why the layout does not fit. Cached: every config of a
+    problem asks (decline), then bind."""
     geo = ConvGeometry.build(params, layout)
     gx, nx, cx, _, hx, wx = geo.x_strides
     gy, ny, ky, _, hy, wy = geo.y_strides
@@ -195,8 +198,7 @@ def bind(args: RunArgs) -> Runner:
     h, w, ho, wo, fy, fx, pad_h = _plane(p)
     blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev), cfg.rows)
     w_numel = geo.w_numel
-    int64 = bool(chunks * w_numel >= INT32_LIMIT)
-    if int64:
+    if chunks * w_numel >= INT32_LIMIT:
         raise ValueError(f"bwd-weight bdring: {chunks} fp32 slices of {w_numel} elements need 64-bit offsets")
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     if cfg.rows == 1:
@@ -208,7 +210,7 @@ def bind(args: RunArgs) -> Runner:
     ws_g, ws_k, ws_c, _, ws_y, ws_x = geo.w_strides
     sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
              *(s // 8 for s in _strides(p, args.layout)), ws_g, ws_k, ws_c, ws_y, ws_x, w_numel)
-    return split_runner(gemm, slice_reduce(w_numel, int64, epi), sizes, (w_numel, chunks), chunks * w_numel)
+    return split_runner(gemm, slice_reduce(w_numel, False, epi), sizes, (w_numel, chunks), chunks * w_numel)
 
 
 ALGORITHM = register_algorithm(Algorithm(
