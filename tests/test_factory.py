@@ -176,11 +176,11 @@ def test_every_kernel_has_a_typed_frozen_config():
 
     get_registry()  # loads every kernel module
     shipped = [key for key, alg in ALGORITHMS.items() if alg.config.__module__.startswith("instance_factory.")]
-    assert len(shipped) == 35 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "padx",
+    assert len(shipped) == 36 and {a for _, a in shipped} == {"igemm", "splitk_atomic", "splitk_reduce", "two_stage", "padx",
                                                                "padvec",
                                                                "direct", "depthwise", "dwstream", "dwslide", "dwslab", "dwplane",
                                                                "dwroll", "dwtaps", "dwtile",
-                                                               "blockdiag", "bdtap", "bdroll", "bdrow", "bdwin", "bdring", "tma", "pointwise", "shift", "rowstack", "tapshare",
+                                                               "blockdiag", "bdtap", "bdroll", "bdrow", "bdwin", "bdring", "bdstride", "tma", "pointwise", "shift", "rowstack", "tapshare",
                                                                "relayout",
                                                                "cfirst"}
     for key in shipped:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 HELDOUT_SETS = ("heldout", "heldout_1x1", "heldout_dense3x3", "heldout_skinny_1x1", "heldout_fresh", "heldout_regnet",
-                "heldout_fewch")
+                "heldout_fewch", "heldout_fewch_s2")
 
 
 def heldout_problems():

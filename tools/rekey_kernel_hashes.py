@@ -27,6 +27,7 @@ H0's code, where the full rows fill the GPU), so:
     apply s45.json s46.json --only relayout_dgrad_not_dwtile FILES    # session 46: the dwtile family
     apply s49.json s50.json --only relayout_wgrad_not_tapshare FILES  # session 50: the tapshare family
     apply s51.json s52.json --only relayout_wgrad_not_bdring FILES    # session 52: the bdring family
+    apply s52.json s53.json --only relayout_wgrad_not_bdstride FILES  # session 53: the bdstride family
     instance-factory db compact --db FILE                              # one row per identity again
 
 A new config parameter renames every instance of its family. Where one value of it compiles the code of
@@ -135,6 +136,9 @@ OTHER_CHECKS = {
     # twin bdring cannot run
     "relayout_wgrad_not_bdring": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
                                               and not _bdring_may_run(row)),
+    # session 53: likewise for the new wgrad family bdstride (strided layers of 4-16 channels per group)
+    "relayout_wgrad_not_bdstride": lambda row: (row["op"] == "conv_bwd_weight" and row["algorithm"] == "relayout"
+                                                and not _bdstride_may_run(row)),
 }
 ONLY = {*POINTWISE_REDUCE, *OTHER_CHECKS}
 
@@ -164,6 +168,15 @@ def _bdring_may_run(row: dict[str, str]) -> bool:
     """bdring could serve the row's problem's channels-last twin (16-bit data, C == K in 4 / 8 / 16, stride and
     dilation 1, 1D / 2D, filters up to 3 x 3, rows up to 128 wide; packed NHWGC rows of a multiple of 8 channels)."""
     from instance_factory.kernels.bwd_weight_bdring import problem_reason
+
+    p = _row_params(row)
+    return row.get("dtype") in ("fp16", "bf16", "bf16_fp32w") and problem_reason(p) is None and (p.G * p.C) % 8 == 0
+
+
+def _bdstride_may_run(row: dict[str, str]) -> bool:
+    """bdstride could serve the row's problem's channels-last twin (16-bit data, C == K in 4 / 8 / 16, a stride
+    over 1, dilation 1, 1D / 2D, filters up to 3 x 3; packed NHWGC rows of a multiple of 8 channels)."""
+    from instance_factory.kernels.bwd_weight_bdstride import problem_reason
 
     p = _row_params(row)
     return row.get("dtype") in ("fp16", "bf16", "bf16_fp32w") and problem_reason(p) is None and (p.G * p.C) % 8 == 0

@@ -32,9 +32,7 @@ wide.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import triton
 
@@ -53,7 +51,7 @@ from .common import split_runner
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightBdringConfig", "CHANNELS", "bind", "decline", "gluon_reason", "plan",
-           "problem_reason", "reduction_positions", "ring_slots", "row_width"]
+           "problem_reason", "ring_slots", "row_width"]
 
 OP_NAME = "conv_bwd_weight"
 CHANNELS = (4, 8, 16)  # channels per group (C == K): 4, 2 or 1 groups per 16-wide mma tile
@@ -88,13 +86,13 @@ class BwdWeightBdringConfig(KernelConfig):
         return None
 
 
-def gluon_reason() -> str | None:
-    """Why Gluon kernels cannot launch here, or None (also None while a lookup emulates a GPU from its rows:
-    ``tuning.database.emulated``)."""
+def gluon_reason(family: str = "bdring") -> str | None:
+    """Why the Gluon kernels of ``family`` cannot launch here, or None (also None while a lookup emulates a GPU
+    from its rows: ``tuning.database.emulated``)."""
     if interpreting() and not gpu_emulated():
-        return "bdring is a Gluon kernel, and Gluon does not run in the Triton interpreter"
+        return f"{family} is a Gluon kernel, and Gluon does not run in the Triton interpreter"
     if gluon is None:
-        return f"bdring is a Gluon kernel: Triton {triton.__version__} has no triton.experimental.gluon"
+        return f"{family} is a Gluon kernel: Triton {triton.__version__} has no triton.experimental.gluon"
     return None
 
 
@@ -182,12 +180,6 @@ def plan(params: ConvParams, waves: int, sms: int, step: int = 1) -> tuple[int, 
     chunks = max(1, min(triton.cdiv(rows, step), triton.cdiv(sms * waves, blocks)))
     chunk = triton.cdiv(triton.cdiv(rows, chunks), step) * step
     return blocks, chunk, triton.cdiv(rows, chunk)
-
-
-def reduction_positions(params: ConvParams, cfg: Mapping[str, Any]) -> int:
-    """Positions the mma chains reduce over: every output row padded to WX columns (either walk)."""
-    _, _, ho, _, _, _, _ = _plane(params)
-    return params.N * ho * row_width(params)
 
 
 def bind(args: RunArgs) -> Runner:

@@ -96,6 +96,7 @@ LAUNCHES = {("conv_bwd_weight", "igemm"): 1, ("conv_bwd_weight", "splitk_reduce"
             ("conv_bwd_weight", "bdwin"): 2, ("conv_bwd_weight", "pointwise"): 1,
             ("conv_bwd_weight", "shift"): 2, ("conv_bwd_weight", "rowstack"): 2, ("conv_bwd_weight", "relayout"): 4,
             ("conv_bwd_weight", "tapshare"): 2, ("conv_bwd_weight", "bdring"): 2,
+            ("conv_bwd_weight", "bdstride"): 2,
             ("conv_bwd_data", "cfirst"): 1, ("conv_bwd_data", "relayout"): 3,
             ("conv_bwd_data", "blockdiag"): 1, ("conv_bwd_data", "bdtap"): 1,
             ("conv_bwd_data", "bdroll"): 1, ("conv_bwd_weight", "dwplane"): 1, ("conv_bwd_data", "dwplane"): 1,

@@ -1,5 +1,5 @@
 """Tensor-core work of the families that pack several whole groups into one block-diagonal tile
-(blockdiag, bdtap and bdroll dgrad; bdrow, bdwin and bdring wgrad), for the cost model's roofline.
+(blockdiag, bdtap and bdroll dgrad; bdrow, bdwin, bdring and bdstride wgrad), for the cost model's roofline.
 
 The generic GEMM count puts one group in a tile and pads C to the tile: with C = 4 in a 32-wide tile
 that is 8x the tiles. These count the tiles the kernels launch: GPT groups side by side
@@ -17,12 +17,15 @@ import triton
 
 from ..kernels.bwd_weight_bdring import plan as bdring_plan
 from ..kernels.bwd_weight_bdring import row_width
+from ..kernels.bwd_weight_bdstride import copies as bdstride_copies
+from ..kernels.bwd_weight_bdstride import ring_slots as bdstride_ring_slots
+from ..kernels.bwd_weight_bdstride import row_width as bdstride_row_width
 from ..kernels.grouped_blockdiag import tile_groups
 from ..kernels.grouped_rows import program_taps, row_split
 from ..kernels.grouped_window import unit_split, window_plan
 from .model_constants import L2_BW
 
-__all__ = ["BLOCKDIAG_DGRAD", "bdring_work", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
+__all__ = ["BLOCKDIAG_DGRAD", "bdring_work", "bdstride_work", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
 
 #: bwd-data families on block-diagonal tiles of several whole groups
 BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
@@ -34,6 +37,7 @@ _RING_RESIDENT = 8  # bdring's one-warp programs resident per SM (~200 registers
 #: one bdring step's latency (its copies' wait and two barriers): session 52, H200, G32 C16 14x14 N64 ran 53
 #: one-row steps a program in 0.0331 ms and 14 four-row steps in 0.0294, G46 C8 7x7 0.0203 and 0.0173
 RING_STEP_S = 0.1e-6
+SMEM_PER_SM = 227 * 1024  # Hopper's shared memory a block may take, per SM
 
 
 def _fill(programs: int, sms: int) -> float:
@@ -123,5 +127,35 @@ def bdring_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) 
     slots = _RING_RESIDENT * sms
     occupancy = programs / (triton.cdiv(programs, slots) * slots)
     pipe_s = steps * max(copies * tile / L2_BW, (fy + fy * fx + copies) * tile / SMEM_PIPE_BW) / occupancy
+    latency_s = triton.cdiv(programs, slots) * triton.cdiv(chunk, step) * RING_STEP_S
+    return padded, _fill(programs, sms), chunks, max(pipe_s, latency_s)
+
+
+def bdstride_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
+    """(padded FLOPs, wave fill, chunks, pipe seconds) of bdstride wgrad, bdring's walks at a stride: a step
+    copies NQ dy shifts and the new input rows' NP phases ([rows * WX, 16] tiles) from L2, and reads NQ + FY x NP
+    tiles from shared memory. The ring walk (``rows`` 1) copies SH input rows a step, the stacked one FY per output
+    row. The tiles also bound how many one-warp programs an SM holds (stacked, 64 KB at 128 positions: 3)."""
+    _, fy, fx = params.spatial3("filter")
+    step = int(cfg.get("rows", 1))
+    blocks, chunk, chunks = bdring_plan(params, int(cfg["waves"]), sms, step)
+    rows = params.N * params.spatial3("output")[1]
+    n_phases, n_shifts, _ = bdstride_copies(params)
+    wx = bdstride_row_width(params)
+    tile = step * wx * 16 * elem_bytes
+    read = n_shifts + fy * n_phases
+    if step == 1:
+        sh = params.spatial3("stride")[1]
+        copied = n_shifts + min(sh, fy) * n_phases
+        smem = (2 * n_shifts + bdstride_ring_slots(params) * n_phases) * tile
+    else:
+        copied, smem = read, 2 * read * tile
+    steps = triton.cdiv(rows, step) * blocks
+    padded = 2.0 * steps * fy * fx * 16 * 16 * step * wx
+    programs = blocks * chunks
+    resident = max(1, min(_RING_RESIDENT, SMEM_PER_SM // smem))
+    slots = resident * sms
+    occupancy = programs / (triton.cdiv(programs, slots) * slots)
+    pipe_s = steps * max(copied * tile / L2_BW, (copied + read) * tile / SMEM_PIPE_BW) / occupancy
     latency_s = triton.cdiv(programs, slots) * triton.cdiv(chunk, step) * RING_STEP_S
     return padded, _fill(programs, sms), chunks, max(pipe_s, latency_s)

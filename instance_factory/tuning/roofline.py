@@ -38,7 +38,7 @@ from .model_constants import (
     TAPS_IN_COLUMNS,
     UNALIGNED_FACTOR,
 )
-from .packed_tiles import BLOCKDIAG_DGRAD, bdring_work, bdrow_work, bdwin_work, blockdiag_dgrad_work
+from .packed_tiles import BLOCKDIAG_DGRAD, bdring_work, bdrow_work, bdstride_work, bdwin_work, blockdiag_dgrad_work
 from .walk_model import walk_term
 
 __all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "model_parts", "plane_chunks",
@@ -108,13 +108,13 @@ def model_ms(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[str,
 
 def _work_kind(op: str, algorithm: str, cfg: Mapping[str, Any]) -> str:
     """Which of :func:`model_parts`' models prices this kernel's work: ``packed`` (block-diagonal dgrad tiles),
-    ``plane`` (dwplane), ``gemm`` (tiles of an implicit GEMM), ``relayout``, ``window`` (bdrow / bdwin / bdring),
-    ``walk`` (walk_model's CUDA-core walks) or ``flops`` (its FLOPs at the CUDA cores' rate)."""
+    ``plane`` (dwplane), ``gemm`` (tiles of an implicit GEMM), ``relayout``, ``window`` (bdrow / bdwin / bdring /
+    bdstride), ``walk`` (walk_model's CUDA-core walks) or ``flops`` (its FLOPs at the CUDA cores' rate)."""
     if op == "conv_bwd_data" and algorithm in BLOCKDIAG_DGRAD:
         return "packed"
     if algorithm == "dwplane":
         return "plane"
-    if op == "conv_bwd_weight" and algorithm == "bdring":
+    if op == "conv_bwd_weight" and algorithm in ("bdring", "bdstride"):
         return "window"
     if ("block_m" in cfg or "block_h" in cfg) and "block_n" in cfg:
         return "gemm"
@@ -222,6 +222,8 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
             padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
         elif algorithm == "bdring":
             padded, fill, split, pipe_s = bdring_work(params, cfg, sms, _elem_bytes(dtype))
+        elif algorithm == "bdstride":
+            padded, fill, split, pipe_s = bdstride_work(params, cfg, sms, _elem_bytes(dtype))
         else:
             padded, fill, split, pipe_s = bdwin_work(params, cfg, sms, _elem_bytes(dtype), group_major)
         compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)

@@ -1,0 +1,155 @@
+"""Grouped conv_bwd_weight for strided layers with groups of 4-16 channels (C == K): "bdstride", bdring's Gluon
+walk (mma.sync on tiles in shared memory) for the stride-2 layers that open a ResNeXt / RegNet stage.
+
+dw[g, k, ty, tx, c] = sum_{n, oh, ow} dy[n, oh, ow, g, k] * x[n, oh * SH + ty - pad_h, ow * SW + tx - pad_w, g, c]
+
+bdring shifts dy's row per tap column so that every tap reads the input row as copied. At stride SW the taps of
+one filter row read every SW-th input column from tx on, so the input row is copied once per phase p (X_p[u] =
+x[u * SW + p - pad_w]) and dy once per shift q (D_q[u] = dy[u - q]); tap tx = SW * q + p is then one mma.sync
+chain of X_p against D_q (``bdstride_kernels``). A program is one warp: a 16-channel block (16 / C groups, the
+accumulator's diagonal C x C blocks are their sums) and a chunk of output rows. ``rows`` 1 walks one output row a
+step with its input rows' phase tiles in a ring (each input row copied in once: SH new rows a step, all FY at an
+image's start); ``rows`` 2 / 4 / 8 stack that many output rows a step, each filter row's input rows and each dy
+shift in one [rows * WX, 16] tile (every filter row copies its rows again: for narrow planes). Row chunks write
+fp32 slices [chunk, dW] in the weight's layout, and ``bwd_weight_igemm``'s fixed-order reduce applies the epilogue
+(deterministic; two launches).
+
+Session 53: ResNeXt's and RegNet's stride-2 grouped wgrad sat at 0.68-0.97x cuDNN on bdrow / bdwin (every tap
+re-reads its input tile from L2). Gluon does not run in the Triton interpreter: there this family declines (not
+while a lookup emulates a GPU from its rows), and the CPU tests compile it for sm_90 with the wheel's ptxas.
+Channels-last NHWGC (and NWGC), 16-bit data, a stride over 1 on some axis (stride 1 is bdring's), dilation 1,
+filters up to 3 x 3, output rows up to 128 positions with their shifts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+
+from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
+from ..dtypes import DataType
+from ..epilogue import FusedOp, user_fn_or_noop
+from ..fast_launch import BoundKernel
+from ..kernel_config import KernelConfig
+from ..layouts import LayoutTriple
+from ..problem import ConvParams
+from .bdstride_kernels import _bwd_weight_bdstride_kernel, _bwd_weight_bdstride_ring_kernel
+from .bwd_weight_bdring import CHANNELS, MAX_ROW, MAX_TAPS, WAVES, _plane, _strides, gluon_reason, plan
+from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
+from .bwd_weight_igemm_plan import check_tensors
+from .common import split_runner
+from .host import INT32_LIMIT, sm_count
+
+__all__ = ["ALGORITHM", "BwdWeightBdstrideConfig", "bind", "copies", "decline", "problem_reason", "ring_slots",
+           "row_width"]
+
+OP_NAME = "conv_bwd_weight"
+ROWS_PER_STEP = (1, 2, 4, 8)  # 1: the ring walk; 2, 4, 8: stacked rows
+
+
+@dataclass(frozen=True)
+class BwdWeightBdstrideConfig(KernelConfig):
+    """Programs of one warp: ~``waves`` x SMs of them over the 16-channel blocks and row chunks; ``rows`` output
+    rows a step (1: the ring walk, 2 / 4 / 8: stacked)."""
+
+    waves: int
+    rows: int
+
+    def check(self) -> str | None:
+        if self.waves not in WAVES:
+            return f"waves={self.waves!r} is not one of {WAVES}"
+        if self.rows not in ROWS_PER_STEP:
+            return f"rows={self.rows!r} is not one of {ROWS_PER_STEP}"
+        return None
+
+
+def copies(params: ConvParams) -> tuple[int, int, int]:
+    """(input phases NP, dy shifts NQ, largest shift) along W: tap tx = SW * q + p reads phase p against shift q."""
+    fx, sw = (1, *params.filter)[-1], params.stride[-1]
+    return min(sw, fx), (fx - 1) // sw + 1, (fx - 1) // sw
+
+
+def ring_slots(params: ConvParams) -> int:
+    """Input rows the ring holds: the FY in use while the next output row's land (SH of them, FY at an image's
+    start), a power of two."""
+    fy, sh = (1, *params.filter)[-2], (1, *params.stride)[-2]
+    return triton.next_power_of_2(max(2 * fy, fy + sh))
+
+
+def row_width(params: ConvParams) -> int:
+    """WX: the output row plus its largest dy shift, padded to a power of two (the mma's reduction per row)."""
+    wo = params.output[-1]
+    return max(16, triton.next_power_of_2(wo + copies(params)[2]))
+
+
+def problem_reason(params: ConvParams) -> str | None:
+    """Why bdstride declines this problem whatever the config, layout and dtype, or None."""
+    if params.ndim == 3:
+        return "bdstride walks 1D and 2D planes; 3D layers go to bdrow / bdwin"
+    if params.C != params.K or params.C not in CHANNELS:
+        return (f"bdstride packs groups of C == K in {CHANNELS} channels into 16-wide mma tiles, got C={params.C}, "
+                f"K={params.K}")
+    if all(s == 1 for s in params.stride):
+        return "bdstride runs strided layers; stride 1 is bdring's (its input-row ring copies each row once)"
+    if any(d != 1 for d in params.dilation):
+        return f"bdstride's phase copies take consecutive taps: dilation 1 only, got {params.dilation}"
+    _, _, _, wo, fy, fx, _ = _plane(params)
+    if fy > MAX_TAPS or fx > MAX_TAPS:
+        return f"bdstride holds up to {MAX_TAPS} x {MAX_TAPS} taps' accumulators, the filter is {params.filter}"
+    if (wx := wo + copies(params)[2]) > MAX_ROW:
+        return f"bdstride keeps one output row ({wo} + its dy shifts = {wx}) in a tile of at most {MAX_ROW}"
+    return None
+
+
+def decline(cfg: BwdWeightBdstrideConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
+            fused: FusedOp) -> str | None:
+    """None when this instance can run the problem, else a clear reason."""
+    if (why := cfg.check() or gluon_reason("bdstride") or problem_reason(params)) is not None:
+        return why
+    if dtype.data.itemsize != 2 or dtype.compute != "native":
+        return f"bdstride runs 16-bit data on fp16 / bf16 tensor cores, got {dtype.name}"
+    if layout.ndim != params.ndim:
+        return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
+    strides = _strides(params, layout)
+    if isinstance(strides, str):
+        return strides.replace("bdring", "bdstride")
+    if cfg.rows * row_width(params) > MAX_ROW:
+        return (f"rows={cfg.rows} stacked rows of {row_width(params)} columns are over {MAX_ROW} positions a step: "
+                f"fewer rows take this plane")
+    if params.numel("input") >= INT32_LIMIT or params.numel("output") >= INT32_LIMIT:
+        return "bdstride addresses input and grad_out in int32: a tensor has 2^31 or more elements"
+    return None
+
+
+def bind(args: RunArgs) -> Runner:
+    """Per-problem host work once; the runner launches the kernel and the fixed-order reduce."""
+    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
+    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight bdstride", p)
+    dev = check_tensors(args).device
+    h, w, ho, wo, fy, fx, pad_h = _plane(p)
+    sh, sw = (1, *p.stride)[-2:]
+    blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev), cfg.rows)
+    w_numel = geo.w_numel
+    if chunks * w_numel >= INT32_LIMIT:
+        raise ValueError(f"bwd-weight bdstride: {chunks} fp32 slices of {w_numel} elements need 64-bit offsets")
+    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
+    n_phases, n_shifts, _ = copies(p)
+    shape = dict(C=p.C, FY=fy, FX=fx, SH=sh, SW=sw, NP=n_phases, NQ=n_shifts, WX=row_width(p), num_warps=1)
+    if cfg.rows == 1:
+        gemm = BoundKernel(_bwd_weight_bdstride_ring_kernel, (blocks, chunks), R=ring_slots(p), **shape)
+    else:
+        gemm = BoundKernel(_bwd_weight_bdstride_kernel, (blocks, chunks), RPS=cfg.rows, **shape)
+    ws_g, ws_k, ws_c, _, ws_y, ws_x = geo.w_strides
+    sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
+             *(s // 8 for s in _strides(p, args.layout)), ws_g, ws_k, ws_c, ws_y, ws_x, w_numel)
+    return split_runner(gemm, slice_reduce(w_numel, False, epi), sizes, (w_numel, chunks), chunks * w_numel)
+
+
+ALGORITHM = register_algorithm(Algorithm(
+    op=OP_NAME, name="bdstride", config=BwdWeightBdstrideConfig, decline=decline, bind=bind,
+    description="Gluon grouped dL/dW for strided layers of 4-16 channels per group: the input rows once per stride "
+                "phase (in a ring, or stacked) and dy's rows once per shift, one mma.sync chain per tap on "
+                "block-diagonal 16 x 16 tiles; fp32 slices per row chunk, fixed-order reduce",
+    kernels=tuple(k for k in (_bwd_weight_bdstride_ring_kernel, _bwd_weight_bdstride_kernel,
+                              _bwd_weight_finalize_kernel) if k is not None)))
