@@ -41,7 +41,7 @@ def gpu(test):
 
 
 def _cfg(**kw):
-    cfg = dict(waves=4, rows=1)
+    cfg = dict(waves=4, rows=1, warps=1)
     cfg.update(kw)
     return ALG.config.from_values(cfg)
 
@@ -101,6 +101,8 @@ def test_config_checks():
     assert ALG.check_config(_cfg()) is None
     assert "waves" in ALG.check_config(_cfg(waves=5))
     assert "rows=3" in ALG.check_config(_cfg(rows=3))
+    assert "warps=3" in ALG.check_config(_cfg(warps=3))
+    assert "rows must be 1" in ALG.check_config(_cfg(warps=2, rows=2))
 
 
 @pytest.mark.parametrize("f,s,expect", [(3, 2, (2, 2, 1)), (3, 1, (1, 3, 2)), (3, 3, (3, 1, 0)), (2, 2, (2, 1, 0)),
@@ -141,6 +143,7 @@ def test_compiles_for_sm90(dtype, problem, layout):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = [ln for ln in run.stdout.splitlines() if "_bwd_weight_bdstride_" in ln]
     assert sum("_bwd_weight_bdstride_ring_kernel" in ln for ln in lines) == 1, run.stdout  # rows 1: the ring
+    assert sum("_bwd_weight_bdstride_wide_kernel" in ln for ln in lines) == 2, run.stdout  # the ring, 2 / 4 warps
     assert sum("_bwd_weight_bdstride_kernel" in ln for ln in lines) >= 1, run.stdout  # stacked rows 2 (and more)
     for ln in lines:
         # no spills (Triton 3.9's ptxas keeps an 8-byte frame on one 1D variant; 3.6, the GPU's, none)
@@ -155,6 +158,7 @@ GEOMETRY = {
     "G7-C8-s2-even": (_s2(g=7, n=3, c=8, i=(12, 14)), {}),
     "G8-C4-s2-wide": (_s2(g=8, n=2, c=4, i=(6, 60)), {}),
     "G2-C16-s2": (_s2(g=2, n=2, c=16, i=(11, 17)), {}),
+    "G12-C8-s2-several-wide-programs": (_s2(g=12, n=2, c=8, i=(10, 21)), {}),
     "s2x1": (_s2(g=4, n=2, c=8, i=(10, 9), s=(2, 1)), {}),
     "s1x2": (_s2(g=4, n=2, c=8, i=(7, 15), s=(1, 2)), {}),
     "s3": (_s2(g=6, n=2, c=8, i=(13, 16), s=(3, 3)), {}),
@@ -166,37 +170,42 @@ GEOMETRY = {
 }
 
 
+WALKS = [dict(rows=1), dict(rows=2), dict(rows=4), dict(rows=8), dict(warps=2), dict(warps=4)]
+
+
 @gpu
-@pytest.mark.parametrize("rows", [1, 2, 4, 8])
+@pytest.mark.parametrize("walk", WALKS, ids=lambda w: "-".join(f"{k}{v}" for k, v in w.items()))
 @pytest.mark.parametrize("name", list(GEOMETRY))
-def test_geometry(name, rows):
+def test_geometry(name, walk):
     p, kw = GEOMETRY[name]
-    cfg = _cfg(rows=rows, **kw)
+    cfg = _cfg(**walk, **kw)
     if ALG.decline(cfg, p, layout_for("nhwgc", p.ndim), DATA_TYPES["fp16"], FO):
         pytest.skip("these stacked rows decline the plane (over 128 positions a step)")
     igemm_tests._check("bdstride", p, "nhwgc", "fp16", cfg=cfg)
 
 
 @gpu
-@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize("walk", [dict(rows=1), dict(rows=4), dict(warps=4)], ids=str)
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "bf16_fp32w"])
-def test_dtypes(dtype, rows):
-    igemm_tests._check("bdstride", GEOMETRY["G7-C8-s2-even"][0], "nhwgc", dtype, cfg=_cfg(rows=rows))
+def test_dtypes(dtype, walk):
+    igemm_tests._check("bdstride", GEOMETRY["G7-C8-s2-even"][0], "nhwgc", dtype, cfg=_cfg(**walk))
 
 
 @gpu
+@pytest.mark.parametrize("warps", [1, 2])
 @pytest.mark.parametrize("op,n_ds", [("bilinear", 1), ("add_relu", 1), ("scale", 0)])
-def test_fused_ops(op, n_ds):
-    igemm_tests._check("bdstride", GEOMETRY["G4-C8-s2-odd"][0], "nhwgc", "bf16", cfg=_cfg(), op=op, n_ds=n_ds,
-                       alpha=0.7, beta=-1.3)
+def test_fused_ops(op, n_ds, warps):
+    igemm_tests._check("bdstride", GEOMETRY["G4-C8-s2-odd"][0], "nhwgc", "bf16", cfg=_cfg(warps=warps), op=op,
+                       n_ds=n_ds, alpha=0.7, beta=-1.3)
 
 
 @gpu
-def test_deterministic_bitwise():
+@pytest.mark.parametrize("walk", [dict(rows=2), dict(warps=2)], ids=str)
+def test_deterministic_bitwise(walk):
     p = GEOMETRY["many-chunks"][0]
-    first, _, err, tol = igemm_tests._run("bdstride", p, "nhwgc", "fp16", cfg=_cfg(waves=16, rows=2), seed=3)
+    first, _, err, tol = igemm_tests._run("bdstride", p, "nhwgc", "fp16", cfg=_cfg(waves=16, **walk), seed=3)
     assert err <= tol
-    again, _, _, _ = igemm_tests._run("bdstride", p, "nhwgc", "fp16", cfg=_cfg(waves=16, rows=2), seed=3)
+    again, _, _, _ = igemm_tests._run("bdstride", p, "nhwgc", "fp16", cfg=_cfg(waves=16, **walk), seed=3)
     assert torch.equal(first.view(torch.int16), again.view(torch.int16))
 
 

@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sass", metavar="DIR", help="also write each kernel's SASS (cuobjdump) and PTX here")
     ap.add_argument("--loops", action="store_true", help="print each SASS loop's size and instruction mix")
     ap.add_argument("--operands", action="store_true", help="print how the MMA operands arrive (operand_paths)")
+    ap.add_argument("--full-errors", action="store_true", help="print whole compile errors (default: 300 characters)")
     ns = ap.parse_args(argv)
     target = GPUTarget("cuda", ns.arch, 32)
     p = ConvParams.from_key(ns.problem)
@@ -243,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                         print("    operands: " + ", ".join(f"{k} {v}" for k, v in operand_paths(k).items()))
                 except Exception as exc:  # report and go on: the point is the list of failures
                     failures += 1
-                    print(f"{inst.name:90s} {fn.__name__:24s} FAILED {type(exc).__name__}: {str(exc)[:300]}")
+                    text = str(exc) if ns.full_errors else str(exc)[:300]
+                    if ns.full_errors and exc.__cause__ is not None:  # an error inside a called jit function
+                        text += f"\n  caused by {type(exc.__cause__).__name__}: {exc.__cause__}"
+                    print(f"{inst.name:90s} {fn.__name__:24s} FAILED {type(exc).__name__}: {text}")
     return 1 if failures else 0
 
 

@@ -17,7 +17,7 @@ if gluon is not None:
 
     from .bdring_kernels import _async_load, _barrier, _issue_dy, _store_taps
 
-__all__ = ["_bwd_weight_bdstride_kernel", "_bwd_weight_bdstride_ring_kernel"]
+__all__ = ["_bwd_weight_bdstride_kernel", "_bwd_weight_bdstride_ring_kernel", "_bwd_weight_bdstride_wide_kernel"]
 
 if gluon is not None:
     @gluon.jit
@@ -221,6 +221,154 @@ if gluon is not None:
         base = chunk * W_NUMEL
         _store_taps(a00, a01, a02, a10, a11, a12, a20, a21, a22, ws_ptr, base, blk, G, C, FY, FX,
                     ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+
+    @gluon.jit
+    def _issue_wide(ptr, tile, n, h, w0, ws, lim_h, lim_w, ch0, GC, s_n, s_h, s_w, WX: gl.constexpr,
+                    NB: gl.constexpr, LOAD: gl.constexpr):
+        """Row (n, h), columns w0 + u * ws for u < WX (zero outside [0, lim_h) x [0, lim_w)), NB 16-channel blocks
+        from ch0, into the [WX, NB, 16] tile: NB * 32 contiguous bytes a position."""
+        u = gl.arange(0, WX, layout=gl.SliceLayout(1, gl.SliceLayout(2, LOAD)))
+        b = gl.arange(0, NB, layout=gl.SliceLayout(1, gl.SliceLayout(0, LOAD)))
+        j = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(0, LOAD)))
+        col = w0 + u * ws
+        ok = (col >= 0) & (col < lim_w) & (h >= 0) & (h < lim_h)
+        ch = ch0 + b[:, None] * 16 + j[None, :]
+        m = ok[:, None, None] & (ch < GC)[None, :, :]
+        p = ptr + (n * s_n + h * s_h + col * s_w)[:, None, None] * 8 + ch[None, :, :]
+        _async_load(tile, p, mask=m)
+
+    @gluon.jit
+    def _wide_taps(a0, a1, a2, x_s, xi, b0, b1, b2, FX: gl.constexpr, SW: gl.constexpr, A_L: gl.constexpr):
+        """_strided_taps on [NB, ., .] batches: warp b multiplies its own 16-channel block."""
+        x0 = x_s.index(xi).permute((1, 2, 0)).load(A_L)
+        a0 = mma_v2(x0, b0, a0)
+        if FX > 1:
+            if SW == 1:
+                a1 = mma_v2(x0, b1, a1)
+            else:
+                x1 = x_s.index(xi + 1).permute((1, 2, 0)).load(A_L)
+                a1 = mma_v2(x1, b0, a1)
+        if FX > 2:
+            if SW == 1:
+                a2 = mma_v2(x0, b2, a2)
+            elif SW == 2:
+                a2 = mma_v2(x0, b1, a2)
+            else:
+                x2 = x_s.index(xi + 2).permute((1, 2, 0)).load(A_L)
+                a2 = mma_v2(x2, b0, a2)
+        return a0, a1, a2
+
+    @gluon.jit
+    def _store_wide(acc, ws_ptr, base, blk, G, ty: gl.constexpr, tx: gl.constexpr, C: gl.constexpr, NB: gl.constexpr,
+                    ws_g, ws_k, ws_c, ws_y, ws_x, MMA: gl.constexpr):
+        """Tap (ty, tx) of NB blocks: each block's diagonal C x C blocks into this chunk's fp32 slice."""
+        b = gl.arange(0, NB, layout=gl.SliceLayout(1, gl.SliceLayout(2, MMA)))
+        i = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, MMA)))  # input channel in the block
+        j = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, MMA)))  # grad_out channel in the block
+        g = (blk * NB + b)[:, None] * (16 // C) + (i // C)[None, :]  # [NB, 16]
+        keep = ((i // C)[None, :, None] == (j // C)[None, None, :]) & (g < G)[:, :, None]
+        off = (base + g[:, :, None] * ws_g + (j % C)[None, None, :] * ws_k + (i % C)[None, :, None] * ws_c
+               + ty * ws_y + tx * ws_x)
+        gl.store(ws_ptr + off, acc, mask=keep)
+
+    @gluon.jit
+    def _bwd_weight_bdstride_wide_kernel(
+        x_ptr, dy_ptr, out_ptr, ws_ptr, d0, d1, d2, d3, alpha, beta,
+        G, ROWS, CHUNK, Ho, H, W, Wo, pad_h, pad_w,
+        xs_n, xs_h, xs_w, ys_n, ys_h, ys_w,  # n / h / w strides in units of 8 elements: 16-byte rows
+        ws_g, ws_k, ws_c, ws_y, ws_x, W_NUMEL,
+        C: gl.constexpr, FY: gl.constexpr, FX: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
+        NP: gl.constexpr, NQ: gl.constexpr, WX: gl.constexpr, R: gl.constexpr, NB: gl.constexpr,
+    ):
+        """The ring walk with NB warps a program, NB consecutive 16-channel blocks (one a warp): copies of
+        NB * 32 contiguous bytes a position, batched [NB, 16, 16] mma.sync tiles."""
+        blk = gl.program_id(0)  # NB 16-channel blocks
+        chunk = gl.program_id(1)
+        ch0 = blk * 16 * NB
+        GC = G * C
+        LOAD: gl.constexpr = gl.BlockedLayout([1, 1, 8], [16 // NB, NB, 2], [NB, 1, 1], [2, 1, 0])
+        SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NB, 1, 1],
+                                                      instr_shape=[1, 16, 8])
+        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        dy_s = gl.allocate_shared_memory(dy_ptr.dtype.element_ty, [2 * NQ, WX, NB, 16], SMEM)
+        x_s = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [R * NP, WX, NB, 16], SMEM)
+
+        r0 = chunk * CHUNK
+        r1 = gl.minimum(r0 + CHUNK, ROWS)
+        zero = gl.zeros([NB, 16, 16], gl.float32, MMA)
+        a00 = zero
+        a01 = zero
+        a02 = zero
+        a10 = zero
+        a11 = zero
+        a12 = zero
+        a20 = zero
+        a21 = zero
+        a22 = zero
+        VR = (Ho - 1) * SH + FY
+        n = r0 // Ho
+        oh = r0 % Ho
+        for q in gl.static_range(NQ):
+            _issue_wide(dy_ptr, dy_s.index(q), n, oh, -q, 1, Ho, Wo, ch0, GC, ys_n, ys_h, ys_w, WX, NB, LOAD)
+        for ty in gl.static_range(FY):
+            for ph in gl.static_range(NP):
+                _issue_wide(x_ptr, x_s.index(((n * VR + oh * SH + ty) % R) * NP + ph), n, oh * SH + ty - pad_h,
+                            ph - pad_w, SW, H, W, ch0, GC, xs_n, xs_h, xs_w, WX, NB, LOAD)
+        async_copy.commit_group()
+        for r in range(r0, r1):
+            stage = (r - r0) % 2
+            n = r // Ho
+            oh = r % Ho
+            v = n * VR + oh * SH
+            rn = gl.minimum(r + 1, ROWS - 1)
+            n1 = rn // Ho
+            oh1 = rn % Ho
+            for q in gl.static_range(NQ):
+                _issue_wide(dy_ptr, dy_s.index((1 - stage) * NQ + q), n1, oh1, -q, 1, Ho, Wo, ch0, GC,
+                            ys_n, ys_h, ys_w, WX, NB, LOAD)
+            v1 = n1 * VR + oh1 * SH
+            for ty in gl.static_range(FY):
+                if (r + 1 < r1) & ((ty >= FY - SH) | (oh1 == 0)):
+                    for ph in gl.static_range(NP):
+                        _issue_wide(x_ptr, x_s.index(((v1 + ty) % R) * NP + ph), n1, oh1 * SH + ty - pad_h,
+                                    ph - pad_w, SW, H, W, ch0, GC, xs_n, xs_h, xs_w, WX, NB, LOAD)
+            async_copy.commit_group()
+            async_copy.wait_group(1)
+            _barrier()
+            b0 = dy_s.index(stage * NQ).permute((1, 0, 2)).load(B_L)
+            b1 = b0
+            b2 = b0
+            if NQ > 1:
+                b1 = dy_s.index(stage * NQ + 1).permute((1, 0, 2)).load(B_L)
+            if NQ > 2:
+                b2 = dy_s.index(stage * NQ + 2).permute((1, 0, 2)).load(B_L)
+            a00, a01, a02 = _wide_taps(a00, a01, a02, x_s, (v % R) * NP, b0, b1, b2, FX, SW, A_L)
+            if FY > 1:
+                a10, a11, a12 = _wide_taps(a10, a11, a12, x_s, ((v + 1) % R) * NP, b0, b1, b2, FX, SW, A_L)
+            if FY > 2:
+                a20, a21, a22 = _wide_taps(a20, a21, a22, x_s, ((v + 2) % R) * NP, b0, b1, b2, FX, SW, A_L)
+            _barrier()
+        base = chunk * W_NUMEL
+        _store_wide(a00, ws_ptr, base, blk, G, 0, 0, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+        if FX > 1:
+            _store_wide(a01, ws_ptr, base, blk, G, 0, 1, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+        if FX > 2:
+            _store_wide(a02, ws_ptr, base, blk, G, 0, 2, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+        if FY > 1:
+            _store_wide(a10, ws_ptr, base, blk, G, 1, 0, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+            if FX > 1:
+                _store_wide(a11, ws_ptr, base, blk, G, 1, 1, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+            if FX > 2:
+                _store_wide(a12, ws_ptr, base, blk, G, 1, 2, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+        if FY > 2:
+            _store_wide(a20, ws_ptr, base, blk, G, 2, 0, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+            if FX > 1:
+                _store_wide(a21, ws_ptr, base, blk, G, 2, 1, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
+            if FX > 2:
+                _store_wide(a22, ws_ptr, base, blk, G, 2, 2, C, NB, ws_g, ws_k, ws_c, ws_y, ws_x, MMA)
 else:
     _bwd_weight_bdstride_kernel = None
     _bwd_weight_bdstride_ring_kernel = None
+    _bwd_weight_bdstride_wide_kernel = None

@@ -17,8 +17,9 @@ fp32 slices [chunk, dW] in the weight's layout, and ``bwd_weight_igemm``'s fixed
 Session 53: ResNeXt's and RegNet's stride-2 grouped wgrad sat at 0.68-0.97x cuDNN on bdrow / bdwin (every tap
 re-reads its input tile from L2). Gluon does not run in the Triton interpreter: there this family declines (not
 while a lookup emulates a GPU from its rows), and the CPU tests compile it for sm_90 with the wheel's ptxas.
-Channels-last NHWGC (and NWGC), 16-bit data, a stride over 1 on some axis (stride 1 is bdring's), dilation 1,
-filters up to 3 x 3, output rows up to 128 positions with their shifts.
+Channels-last NHWGC (and NWGC), 16-bit data, a stride over 1 on some axis, dilation 1, filters up to 3 x 3, output
+rows up to 128 positions with their shifts. Stride 1 is bdring's: at stride 1 the wide programs ran 10-20% slower
+than bdring's one-warp ring on all 13 H200 layers (session 53), while at stride 2 they won.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ from ..fast_launch import BoundKernel
 from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bdstride_kernels import _bwd_weight_bdstride_kernel, _bwd_weight_bdstride_ring_kernel
+from .bdstride_kernels import (
+    _bwd_weight_bdstride_kernel,
+    _bwd_weight_bdstride_ring_kernel,
+    _bwd_weight_bdstride_wide_kernel,
+)
 from .bwd_weight_bdring import CHANNELS, MAX_ROW, MAX_TAPS, WAVES, _plane, _strides, gluon_reason, plan
 from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
 from .bwd_weight_igemm_plan import check_tensors
@@ -46,6 +51,7 @@ __all__ = ["ALGORITHM", "BwdWeightBdstrideConfig", "bind", "copies", "decline", 
 
 OP_NAME = "conv_bwd_weight"
 ROWS_PER_STEP = (1, 2, 4, 8)  # 1: the ring walk; 2, 4, 8: stacked rows
+WARPS = (1, 2, 4)  # 16-channel blocks a program of the ring walk, one warp each
 
 
 @dataclass(frozen=True)
@@ -55,12 +61,17 @@ class BwdWeightBdstrideConfig(KernelConfig):
 
     waves: int
     rows: int
+    warps: int
 
     def check(self) -> str | None:
         if self.waves not in WAVES:
             return f"waves={self.waves!r} is not one of {WAVES}"
         if self.rows not in ROWS_PER_STEP:
             return f"rows={self.rows!r} is not one of {ROWS_PER_STEP}"
+        if self.warps not in WARPS:
+            return f"warps={self.warps!r} is not one of {WARPS}"
+        if self.warps > 1 and self.rows != 1:
+            return f"warps={self.warps} (several 16-channel blocks a program) is the ring walk's: rows must be 1"
         return None
 
 
@@ -91,7 +102,8 @@ def problem_reason(params: ConvParams) -> str | None:
         return (f"bdstride packs groups of C == K in {CHANNELS} channels into 16-wide mma tiles, got C={params.C}, "
                 f"K={params.K}")
     if all(s == 1 for s in params.stride):
-        return "bdstride runs strided layers; stride 1 is bdring's (its input-row ring copies each row once)"
+        return ("bdstride runs strided layers; stride 1 is bdring's (the same ring walk, and its one-warp programs "
+                "beat bdstride's wide ones there)")
     if any(d != 1 for d in params.dilation):
         return f"bdstride's phase copies take consecutive taps: dilation 1 only, got {params.dilation}"
     _, _, _, wo, fy, fx, _ = _plane(params)
@@ -117,6 +129,7 @@ def decline(cfg: BwdWeightBdstrideConfig, params: ConvParams, layout: LayoutTrip
     if cfg.rows * row_width(params) > MAX_ROW:
         return (f"rows={cfg.rows} stacked rows of {row_width(params)} columns are over {MAX_ROW} positions a step: "
                 f"fewer rows take this plane")
+
     if params.numel("input") >= INT32_LIMIT or params.numel("output") >= INT32_LIMIT:
         return "bdstride addresses input and grad_out in int32: a tensor has 2^31 or more elements"
     return None
@@ -136,7 +149,11 @@ def bind(args: RunArgs) -> Runner:
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     n_phases, n_shifts, _ = copies(p)
     shape = dict(C=p.C, FY=fy, FX=fx, SH=sh, SW=sw, NP=n_phases, NQ=n_shifts, WX=row_width(p), num_warps=1)
-    if cfg.rows == 1:
+    if cfg.warps > 1:
+        grid = (triton.cdiv(p.G * p.C, 16 * cfg.warps), chunks)
+        gemm = BoundKernel(_bwd_weight_bdstride_wide_kernel, grid, R=ring_slots(p), NB=cfg.warps,
+                           **dict(shape, num_warps=cfg.warps))
+    elif cfg.rows == 1:
         gemm = BoundKernel(_bwd_weight_bdstride_ring_kernel, (blocks, chunks), R=ring_slots(p), **shape)
     else:
         gemm = BoundKernel(_bwd_weight_bdstride_kernel, (blocks, chunks), RPS=cfg.rows, **shape)
@@ -152,4 +169,4 @@ ALGORITHM = register_algorithm(Algorithm(
                 "phase (in a ring, or stacked) and dy's rows once per shift, one mma.sync chain per tap on "
                 "block-diagonal 16 x 16 tiles; fp32 slices per row chunk, fixed-order reduce",
     kernels=tuple(k for k in (_bwd_weight_bdstride_ring_kernel, _bwd_weight_bdstride_kernel,
-                              _bwd_weight_finalize_kernel) if k is not None)))
+                              _bwd_weight_bdstride_wide_kernel, _bwd_weight_finalize_kernel) if k is not None)))

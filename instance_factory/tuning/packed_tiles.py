@@ -135,9 +135,11 @@ def bdstride_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int
     """(padded FLOPs, wave fill, chunks, pipe seconds) of bdstride wgrad, bdring's walks at a stride: a step
     copies NQ dy shifts and the new input rows' NP phases ([rows * WX, 16] tiles) from L2, and reads NQ + FY x NP
     tiles from shared memory. The ring walk (``rows`` 1) copies SH input rows a step, the stacked one FY per output
-    row. The tiles also bound how many one-warp programs an SM holds (stacked, 64 KB at 128 positions: 3)."""
+    row. The tiles also bound how many programs an SM holds (stacked, 64 KB at 128 positions: 3); ``warps`` 2 / 4
+    programs take that many 16-channel blocks (a warp each) with that many times the tiles, at most 8 warps an SM."""
     _, fy, fx = params.spatial3("filter")
     step = int(cfg.get("rows", 1))
+    warps = int(cfg.get("warps", 1))
     blocks, chunk, chunks = bdring_plan(params, int(cfg["waves"]), sms, step)
     rows = params.N * params.spatial3("output")[1]
     n_phases, n_shifts, _ = bdstride_copies(params)
@@ -152,8 +154,8 @@ def bdstride_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int
         copied, smem = read, 2 * read * tile
     steps = triton.cdiv(rows, step) * blocks
     padded = 2.0 * steps * fy * fx * 16 * 16 * step * wx
-    programs = blocks * chunks
-    resident = max(1, min(_RING_RESIDENT, SMEM_PER_SM // smem))
+    programs = triton.cdiv(blocks, warps) * chunks
+    resident = max(1, min(_RING_RESIDENT // warps, SMEM_PER_SM // (smem * warps)))
     slots = resident * sms
     occupancy = programs / (triton.cdiv(programs, slots) * slots)
     pipe_s = steps * max(copied * tile / L2_BW, (copied + read) * tile / SMEM_PIPE_BW) / occupancy
