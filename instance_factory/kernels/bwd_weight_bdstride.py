@@ -6,11 +6,13 @@ dw[g, k, ty, tx, c] = sum_{n, oh, ow} dy[n, oh, ow, g, k] * x[n, oh * SH + ty - 
 bdring shifts dy's row per tap column so that every tap reads the input row as copied. At stride SW the taps of
 one filter row read every SW-th input column from tx on, so the input row is copied once per phase p (X_p[u] =
 x[u * SW + p - pad_w]) and dy once per shift q (D_q[u] = dy[u - q]); tap tx = SW * q + p is then one mma.sync
-chain of X_p against D_q (``bdstride_kernels``). A program is one warp: a 16-channel block (16 / C groups, the
+chain of X_p against D_q (``bdstride_kernels``). A warp takes a 16-channel block (16 / C groups, the
 accumulator's diagonal C x C blocks are their sums) and a chunk of output rows. ``rows`` 1 walks one output row a
 step with its input rows' phase tiles in a ring (each input row copied in once: SH new rows a step, all FY at an
 image's start); ``rows`` 2 / 4 / 8 stack that many output rows a step, each filter row's input rows and each dy
-shift in one [rows * WX, 16] tile (every filter row copies its rows again: for narrow planes). Row chunks write
+shift in one [rows * WX, 16] tile (every filter row copies its rows again: for narrow planes). ``warps`` 2 / 4
+give a ring program that many consecutive blocks, a warp each, so its copies move 64 / 128 contiguous bytes a
+position (programs reading 32 bytes a position stream at most ~2 TB/s on an H200: session 53's probe). Row chunks write
 fp32 slices [chunk, dW] in the weight's layout, and ``bwd_weight_igemm``'s fixed-order reduce applies the epilogue
 (deterministic; two launches).
 
@@ -56,8 +58,8 @@ WARPS = (1, 2, 4)  # 16-channel blocks a program of the ring walk, one warp each
 
 @dataclass(frozen=True)
 class BwdWeightBdstrideConfig(KernelConfig):
-    """Programs of one warp: ~``waves`` x SMs of them over the 16-channel blocks and row chunks; ``rows`` output
-    rows a step (1: the ring walk, 2 / 4 / 8: stacked)."""
+    """~``waves`` x SMs warps over the 16-channel blocks and row chunks; ``rows`` output rows a step (1: the ring
+    walk, 2 / 4 / 8: stacked); ``warps`` 16-channel blocks a ring program, one warp each."""
 
     waves: int
     rows: int
@@ -129,7 +131,6 @@ def decline(cfg: BwdWeightBdstrideConfig, params: ConvParams, layout: LayoutTrip
     if cfg.rows * row_width(params) > MAX_ROW:
         return (f"rows={cfg.rows} stacked rows of {row_width(params)} columns are over {MAX_ROW} positions a step: "
                 f"fewer rows take this plane")
-
     if params.numel("input") >= INT32_LIMIT or params.numel("output") >= INT32_LIMIT:
         return "bdstride addresses input and grad_out in int32: a tensor has 2^31 or more elements"
     return None
