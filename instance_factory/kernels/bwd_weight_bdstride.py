@@ -13,8 +13,8 @@ image's start); ``rows`` 2 / 4 / 8 stack that many output rows a step, each filt
 shift in one [rows * WX, 16] tile (every filter row copies its rows again: for narrow planes). ``warps`` 2 / 4
 give a ring program that many consecutive blocks, a warp each, so its copies move 64 / 128 contiguous bytes a
 position (programs reading 32 bytes a position stream at most ~2 TB/s on an H200: session 53's probe). Row chunks write
-fp32 slices [chunk, dW] in the weight's layout, and ``bwd_weight_igemm``'s fixed-order reduce applies the epilogue
-(deterministic; two launches).
+fp32 slices [chunk, tap, g, k, c], and ``common``'s fixed-order reduce (several slices a step) applies the
+epilogue and writes the weight's layout (deterministic; two launches).
 
 Session 53: ResNeXt's and RegNet's stride-2 grouped wgrad sat at 0.68-0.97x cuDNN on bdrow / bdwin (every tap
 re-reads its input tile from L2). Gluon does not run in the Triton interpreter: there this family declines (not
@@ -43,9 +43,8 @@ from .bdstride_kernels import (
     _bwd_weight_bdstride_wide_kernel,
 )
 from .bwd_weight_bdring import CHANNELS, MAX_ROW, MAX_TAPS, WAVES, _plane, _strides, gluon_reason, plan
-from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
 from .bwd_weight_igemm_plan import check_tensors
-from .common import split_runner
+from .common import _dw_finalize_kernel, finalize_launcher, split_runner
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightBdstrideConfig", "bind", "copies", "decline", "problem_reason", "ring_slots",
@@ -158,16 +157,20 @@ def bind(args: RunArgs) -> Runner:
         gemm = BoundKernel(_bwd_weight_bdstride_ring_kernel, (blocks, chunks), R=ring_slots(p), **shape)
     else:
         gemm = BoundKernel(_bwd_weight_bdstride_kernel, (blocks, chunks), RPS=cfg.rows, **shape)
-    ws_g, ws_k, ws_c, _, ws_y, ws_x = geo.w_strides
+    # slices in the order (tap, g, k, c); common's reduce sums BLOCK_S of them a step (many programs: the igemm
+    # reduce's 1024-element programs, one slice a step, took ~16 us of a 63 us call, session 53) and writes the
+    # weight's layout
+    gkc = p.G * p.K * p.C
     sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
-             *(s // 8 for s in _strides(p, args.layout)), ws_g, ws_k, ws_c, ws_y, ws_x, w_numel)
-    return split_runner(gemm, slice_reduce(w_numel, False, epi), sizes, (w_numel, chunks), chunks * w_numel)
+             *(s // 8 for s in _strides(p, args.layout)), p.K * p.C, p.C, 1, fx * gkc, gkc, w_numel)
+    fin_sizes = (w_numel, chunks, gkc, p.K * p.C, p.C, fy, fx, *geo.w_strides)
+    return split_runner(gemm, finalize_launcher(chunks, w_numel, False, epi), sizes, fin_sizes, chunks * w_numel)
 
 
 ALGORITHM = register_algorithm(Algorithm(
     op=OP_NAME, name="bdstride", config=BwdWeightBdstrideConfig, decline=decline, bind=bind,
     description="Gluon grouped dL/dW for strided layers of 4-16 channels per group: the input rows once per stride "
                 "phase (in a ring, or stacked) and dy's rows once per shift, one mma.sync chain per tap on "
-                "block-diagonal 16 x 16 tiles; fp32 slices per row chunk, fixed-order reduce",
+                "block-diagonal 16 x 16 tiles; fp32 slices per row chunk, fixed-order multi-slice reduce",
     kernels=tuple(k for k in (_bwd_weight_bdstride_ring_kernel, _bwd_weight_bdstride_kernel,
-                              _bwd_weight_bdstride_wide_kernel, _bwd_weight_finalize_kernel) if k is not None)))
+                              _bwd_weight_bdstride_wide_kernel, _dw_finalize_kernel) if k is not None)))
