@@ -4,8 +4,11 @@ copied once per phase p into X_p[u] = x[u * SW + p - pad_w] (consecutive positio
 per shift q into D_q[u] = dy[u - q], so sum_u X_p[u] D_q[u] = sum_ow x[ow * SW + tx - pad_w] dy[ow]: one mma.sync
 chain per tap, as at stride 1. A 3 x 3 filter at stride 2 copies 2 phases of an input row and 2 dy shifts.
 ``_bwd_weight_bdstride_ring_kernel`` takes one output row a step, its input rows (ih = oh * SH + ty - pad_h) in a
-ring of phase tiles, each row copied in once (SH new rows a step); ``_bwd_weight_bdstride_kernel`` stacks ``RPS``
-output rows a step, every filter row's input rows copied again (narrow planes)."""
+ring of phase tiles, each row copied in once (SH new rows a step); ``_bwd_weight_bdstride_wide_kernel`` is that ring
+with NB warps a program, NB consecutive 16-channel blocks (copies of NB * 32 contiguous bytes a position, batched
+[NB, 16, 16] mma tiles); ``_bwd_weight_bdstride_kernel`` stacks ``RPS`` output rows a step, every filter row's input
+rows copied again (narrow planes). Each writes its chunk's fp32 slice with the strides the host gives (bdstride: the
+order tap, g, k, c that common's multi-slice reduce reads)."""
 
 from __future__ import annotations
 
