@@ -13,31 +13,22 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import test_bwd_weight_igemm as igemm_tests  # noqa: E402
 import torch  # noqa: E402
-import triton  # noqa: E402
+from test_bwd_weight_bdring import PTXAS, ROOT, gpu  # noqa: E402  (the Gluon families' GPU marker and ptxas)
 
-from instance_factory.algorithms import emulating_gpu, interpreting  # noqa: E402
+from instance_factory.algorithms import emulating_gpu  # noqa: E402
 from instance_factory.dtypes import DATA_TYPES  # noqa: E402
 from instance_factory.epilogue import FUSED_OPS  # noqa: E402
 from instance_factory.kernels import bwd_weight_bdstride  # noqa: E402
 from instance_factory.kernels.bdring_kernels import gluon  # noqa: E402
 from instance_factory.layouts import layout_for  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 _p = igemm_tests._p
 ALG = igemm_tests._alg("bdstride")
-ON_GPU = torch.cuda.is_available() and not interpreting()
 FO = FUSED_OPS["passthrough"]
-
-
-def gpu(test):
-    """A results test: marked gpu (``pytest -m gpu``) and skipped off the GPU, where Gluon kernels do not run."""
-    return pytest.mark.gpu(pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run on a CUDA GPU only")(test))
 
 
 def _cfg(**kw):

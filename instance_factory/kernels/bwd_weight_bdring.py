@@ -51,7 +51,7 @@ from .common import split_runner
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightBdringConfig", "CHANNELS", "bind", "decline", "gluon_reason", "plan",
-           "problem_reason", "ring_slots", "row_width"]
+           "problem_reason", "ring_slots", "row_width", "tensor_reason"]
 
 OP_NAME = "conv_bwd_weight"
 CHANNELS = (4, 8, 16)  # channels per group (C == K): 4, 2 or 1 groups per 16-wide mma tile
@@ -135,34 +135,39 @@ def problem_reason(params: ConvParams) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _strides(params: ConvParams, layout: LayoutTriple) -> tuple | str:
-    """(x's n / h / w strides, dy's) in elements, or why the layout does not fit. Cached: every config of a
-    problem asks (decline), then bind."""
+def _strides(params: ConvParams, layout: LayoutTriple, family: str = "bdring") -> tuple | str:
+    """(x's n / h / w strides, dy's) in elements, or why the layout does not fit ``family`` (bdring, bdstride).
+    Cached: every config of a problem asks (decline), then bind."""
     geo = ConvGeometry.build(params, layout)
     gx, nx, cx, _, hx, wx = geo.x_strides
     gy, ny, ky, _, hy, wy = geo.y_strides
     if cx != 1 or ky != 1 or gx != params.C or gy != params.K:
-        return (f"bdring reads 16 packed channels of consecutive groups per position (NHWGC / NWGC); layout "
+        return (f"{family} reads 16 packed channels of consecutive groups per position (NHWGC / NWGC); layout "
                 f"{layout.name} does not pack G and C that way")
     strides = (nx, hx, wx, ny, hy, wy)
     if any(s % 8 for s in strides):
-        return (f"bdring copies 16-byte rows: G*C = {params.G * params.C} must be a multiple of 8 (the "
+        return (f"{family} copies 16-byte rows: G*C = {params.G * params.C} must be a multiple of 8 (the "
                 f"position strides are {strides})")
     return strides
+
+
+def tensor_reason(family: str, params: ConvParams, layout: LayoutTriple, dtype: DataType) -> str | None:
+    """Why ``family``'s kernels (bdring, bdstride: 16-bit mma.sync on packed 16-channel rows) cannot read these
+    tensors, or None: the data type, the layout's rank, the packed NHWGC / NWGC strides."""
+    if dtype.data.itemsize != 2 or dtype.compute != "native":
+        return f"{family} runs 16-bit data on fp16 / bf16 tensor cores, got {dtype.name}"
+    if layout.ndim != params.ndim:
+        return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
+    strides = _strides(params, layout, family)
+    return strides if isinstance(strides, str) else None
 
 
 def decline(cfg: BwdWeightBdringConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
-    if (why := cfg.check() or gluon_reason() or problem_reason(params)) is not None:
+    if (why := cfg.check() or gluon_reason() or problem_reason(params)
+            or tensor_reason("bdring", params, layout, dtype)) is not None:
         return why
-    if dtype.data.itemsize != 2 or dtype.compute != "native":
-        return f"bdring runs 16-bit data on fp16 / bf16 tensor cores, got {dtype.name}"
-    if layout.ndim != params.ndim:
-        return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
-    strides = _strides(params, layout)
-    if isinstance(strides, str):
-        return strides
     if cfg.rows * row_width(params) > MAX_ROW:
         return (f"rows={cfg.rows} stacked rows of {row_width(params)} columns are over {MAX_ROW} positions a step: "
                 f"rows=1 takes this plane")

@@ -42,7 +42,7 @@ from .bdstride_kernels import (
     _bwd_weight_bdstride_ring_kernel,
     _bwd_weight_bdstride_wide_kernel,
 )
-from .bwd_weight_bdring import CHANNELS, MAX_ROW, MAX_TAPS, WAVES, _plane, _strides, gluon_reason, plan
+from .bwd_weight_bdring import CHANNELS, MAX_ROW, MAX_TAPS, WAVES, _plane, _strides, gluon_reason, plan, tensor_reason
 from .bwd_weight_igemm_plan import check_tensors
 from .common import _dw_finalize_kernel, finalize_launcher, split_runner
 from .host import INT32_LIMIT, sm_count
@@ -118,15 +118,9 @@ def problem_reason(params: ConvParams) -> str | None:
 def decline(cfg: BwdWeightBdstrideConfig, params: ConvParams, layout: LayoutTriple, dtype: DataType,
             fused: FusedOp) -> str | None:
     """None when this instance can run the problem, else a clear reason."""
-    if (why := cfg.check() or gluon_reason("bdstride") or problem_reason(params)) is not None:
+    if (why := cfg.check() or gluon_reason("bdstride") or problem_reason(params)
+            or tensor_reason("bdstride", params, layout, dtype)) is not None:
         return why
-    if dtype.data.itemsize != 2 or dtype.compute != "native":
-        return f"bdstride runs 16-bit data on fp16 / bf16 tensor cores, got {dtype.name}"
-    if layout.ndim != params.ndim:
-        return f"layout {layout.name} is {layout.ndim}D but the problem is {params.ndim}D"
-    strides = _strides(params, layout)
-    if isinstance(strides, str):
-        return strides.replace("bdring", "bdstride")
     if cfg.rows * row_width(params) > MAX_ROW:
         return (f"rows={cfg.rows} stacked rows of {row_width(params)} columns are over {MAX_ROW} positions a step: "
                 f"fewer rows take this plane")
@@ -162,7 +156,7 @@ def bind(args: RunArgs) -> Runner:
     # weight's layout
     gkc = p.G * p.K * p.C
     sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
-             *(s // 8 for s in _strides(p, args.layout)), p.K * p.C, p.C, 1, fx * gkc, gkc, w_numel)
+             *(s // 8 for s in _strides(p, args.layout, "bdstride")), p.K * p.C, p.C, 1, fx * gkc, gkc, w_numel)
     fin_sizes = (w_numel, chunks, gkc, p.K * p.C, p.C, fy, fx, *geo.w_strides)
     return split_runner(gemm, finalize_launcher(chunks, w_numel, False, epi), sizes, fin_sizes, chunks * w_numel)
 
