@@ -203,7 +203,7 @@ def test_deterministic_bitwise(walk):
 def test_cost_model_prices_the_walk():
     """The roofline's window term for bdstride: the ring copies each input row once (cheaper than stacking on wide
     planes); more stacked rows copy the same bytes in fewer, longer steps."""
-    from instance_factory.tuning.packed_tiles import bdstride_work
+    from instance_factory.tuning.packed_tiles import gluon_walk_work
     from instance_factory.tuning.roofline import model_parts, work_modelled
 
     layer = _s2(g=32, n=64, c=8, i=(56, 56))
@@ -213,5 +213,5 @@ def test_cost_model_prices_the_walk():
     stacked = model_parts("conv_bwd_weight", layer, "fp16", "bdstride", dict(cfg, rows=2), 132)[0]
     assert 0 < ring < stacked
     narrow = _s2(g=32, n=64, c=16, i=(14, 14))
-    pipe = [bdstride_work(narrow, dict(cfg, rows=r), 132, 2)[3] for r in (2, 8)]
+    pipe = [gluon_walk_work(narrow, dict(cfg, rows=r), 132, 2)[3] for r in (2, 8)]
     assert pipe[1] < pipe[0]

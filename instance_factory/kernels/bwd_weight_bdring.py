@@ -14,14 +14,18 @@ per tap. A program is one warp: a block of 16 channels (16 / C groups) and a chu
 fp32 accumulator's diagonal C x C blocks are the groups' sums (block-diagonal waste at C < 16: the tensor cores
 are not the bound, the tile copies are).
 
-The ring has 2 x FY slots (a power of two) numbered per image (input row ih of image n is row
-v = n * (Ho + FY - 1) + ih + pad_h), so an image's first output row loads its FY input rows while the
-previous image's last row computes. dy's copies go by cp.async (``dy_read="async"``, each from L2) or through
-registers (``"regs"``: the second and third shifted reads hit L1), a per-layer choice. ``rows`` 2 / 4 take the
-stacked walk instead (``bdring_kernels``): that many output rows a step, each filter row's input rows and each
-tap column's dy rows stacked into one tile, for 7x7 / 14x14 planes where one 16-wide row a step leaves each
-program waiting on its copies. Row chunks write fp32 slices [chunk, dW] in the weight's layout, and
-``bwd_weight_igemm``'s fixed-order reduce applies the epilogue (deterministic; always two launches).
+The ring has 2 x FY slots (a power of two) numbered per image, so an image's first output row loads its FY input
+rows while the previous image's last row computes. ``rows`` 2 / 4 / 8 take the stacked walk instead: that many
+output rows a step, each filter row's input rows and each tap column's dy rows stacked into one tile, for 7x7 /
+14x14 planes where one 16-wide row a step leaves each program waiting on its copies. The device code is
+bdstride's two one-warp walks at stride 1 (``bdstride_kernels``: one input phase, FX dy shifts); bdring is the
+stride-1 family with its own configs, rows and cost-model terms (bdstride's several-warp programs lose at stride
+1). Row chunks write fp32 slices [chunk, tap, g, k, c], and ``common``'s fixed-order reduce (several slices a
+step) applies the epilogue and writes the weight's layout (deterministic; always two launches).
+
+Session 54: bdring's own walks retired. They read each dy shift from shared memory once per filter row, reduced
+through ``bwd_weight_igemm``'s one-slice-a-step pass, and offered a ``dy_read="regs"`` variant that won none of
+the 26 H200 problems it was tuned on.
 
 Gluon does not run in the Triton interpreter: there this family declines (not while a lookup emulates a GPU
 from its rows, ``algorithms.gpu_emulated``), and the CPU tests compile it for sm_90 with the wheel's ptxas.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import triton
 
@@ -44,45 +49,38 @@ from ..geometry import ConvGeometry
 from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
-from .bdring_kernels import _bwd_weight_bdring_kernel, _bwd_weight_bdring_stack_kernel, gluon
-from .bwd_weight_igemm import _bwd_weight_finalize_kernel, slice_reduce
+from .bdring_kernels import gluon
+from .bdstride_kernels import _bwd_weight_bdstride_kernel, _bwd_weight_bdstride_ring_kernel
 from .bwd_weight_igemm_plan import check_tensors
-from .common import split_runner
+from .common import _dw_finalize_kernel, finalize_launcher, split_runner
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightBdringConfig", "CHANNELS", "bind", "decline", "gluon_reason", "plan",
-           "problem_reason", "ring_slots", "row_width", "tensor_reason"]
+           "problem_reason", "ring_slots", "row_width", "tensor_reason", "walk_runner"]
 
 OP_NAME = "conv_bwd_weight"
 CHANNELS = (4, 8, 16)  # channels per group (C == K): 4, 2 or 1 groups per 16-wide mma tile
 MAX_TAPS = 3  # per filter axis: the kernel's nine accumulators
 MAX_ROW = 128  # WX, the padded output row plus FX - 1 columns, at most this
 WAVES = (2, 4, 8, 16)
-DY_READS = ("async", "regs")
-ROWS_PER_STEP = (1, 2, 4)  # 1: the ring walk; 2, 4: the stacked walk (narrow planes)
+ROWS_PER_STEP = (1, 2, 4, 8)  # 1: the ring walk; 2, 4, 8: the stacked walk (narrow planes, <= MAX_ROW positions)
 
 # ------------------------------------------------------------------------------------------------
 # host side
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BwdWeightBdringConfig(KernelConfig):
-    """Programs of one warp: ~``waves`` x SMs of them over the 16-channel blocks and row chunks; dy's
-    shifted copies by cp.async or through registers (``dy_read``); ``rows`` output rows a step (1: the ring
-    walk, 2 / 4: the stacked walk, cp.async only)."""
+    """Programs of one warp: ~``waves`` x SMs of them over the 16-channel blocks and row chunks; ``rows`` output
+    rows a step (1: the ring walk, 2 / 4 / 8: the stacked walk)."""
 
     waves: int
-    dy_read: str
     rows: int
 
     def check(self) -> str | None:
         if self.waves not in WAVES:
             return f"waves={self.waves!r} is not one of {WAVES}"
-        if self.dy_read not in DY_READS:
-            return f"dy_read={self.dy_read!r} is not one of {DY_READS}"
         if self.rows not in ROWS_PER_STEP:
             return f"rows={self.rows!r} is not one of {ROWS_PER_STEP}"
-        if self.rows > 1 and self.dy_read != "async":
-            return f"rows={self.rows} (the stacked walk) copies dy by cp.async only: dy_read='regs' is the ring's"
         return None
 
 
@@ -187,33 +185,45 @@ def plan(params: ConvParams, waves: int, sms: int, step: int = 1) -> tuple[int, 
     return blocks, chunk, triton.cdiv(rows, chunk)
 
 
-def bind(args: RunArgs) -> Runner:
-    """Per-problem host work once; the runner launches the kernel and the fixed-order reduce."""
-    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight bdring", p)
-    dev = check_tensors(args).device
+def walk_runner(args: RunArgs, family: str, kernel: Any, grid: tuple[int, int], chunk: int, chunks: int,
+                **constexprs: Any) -> Runner:
+    """The runner of a Gluon walk (bdring, bdstride): ``kernel`` writes one fp32 slice per row chunk in the order
+    (tap, g, k, c), and ``common``'s reduce sums BLOCK_S slices a step (the igemm reduce's 1024-element programs,
+    one slice a step, took ~16 us of a 63 us call, session 53) and writes the weight's layout."""
+    p, geo = args.params, args.geo
     h, w, ho, wo, fy, fx, pad_h = _plane(p)
-    blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev), cfg.rows)
     w_numel = geo.w_numel
     if chunks * w_numel >= INT32_LIMIT:
-        raise ValueError(f"bwd-weight bdring: {chunks} fp32 slices of {w_numel} elements need 64-bit offsets")
+        raise ValueError(f"bwd-weight {family}: {chunks} fp32 slices of {w_numel} elements need 64-bit offsets")
     epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
-    if cfg.rows == 1:
-        gemm = BoundKernel(_bwd_weight_bdring_kernel, (blocks, chunks), C=p.C, FY=fy, FX=fx, WX=row_width(p),
-                           R=ring_slots(fy), DY_REGS=cfg.dy_read == "regs", num_warps=1)
-    else:
-        gemm = BoundKernel(_bwd_weight_bdring_stack_kernel, (blocks, chunks), C=p.C, FY=fy, FX=fx,
-                           WX=row_width(p), RPS=cfg.rows, num_warps=1)
-    ws_g, ws_k, ws_c, _, ws_y, ws_x = geo.w_strides
+    gemm = BoundKernel(kernel, grid, **constexprs)
+    gkc = p.G * p.K * p.C
     sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
-             *(s // 8 for s in _strides(p, args.layout)), ws_g, ws_k, ws_c, ws_y, ws_x, w_numel)
-    return split_runner(gemm, slice_reduce(w_numel, False, epi), sizes, (w_numel, chunks), chunks * w_numel)
+             *(s // 8 for s in _strides(p, args.layout, family)), p.K * p.C, p.C, 1, fx * gkc, gkc, w_numel)
+    fin_sizes = (w_numel, chunks, gkc, p.K * p.C, p.C, fy, fx, *geo.w_strides)
+    return split_runner(gemm, finalize_launcher(chunks, w_numel, False, epi), sizes, fin_sizes, chunks * w_numel)
+
+
+def bind(args: RunArgs) -> Runner:
+    """Per-problem host work once; the runner launches bdstride's walk at stride 1 and the fixed-order reduce."""
+    cfg, p = args.cfg, args.params
+    require_runnable(decline(cfg, p, args.layout, args.dtype, args.fused), "bwd-weight bdring", p)
+    dev = check_tensors(args).device
+    _, _, _, _, fy, fx, _ = _plane(p)
+    blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev), cfg.rows)
+    # stride 1: one input phase, a dy copy per tap column
+    shape = dict(C=p.C, FY=fy, FX=fx, SH=1, SW=1, NP=1, NQ=fx, WX=row_width(p), num_warps=1)
+    if cfg.rows == 1:
+        return walk_runner(args, "bdring", _bwd_weight_bdstride_ring_kernel, (blocks, chunks), chunk, chunks,
+                           R=ring_slots(fy), **shape)
+    return walk_runner(args, "bdring", _bwd_weight_bdstride_kernel, (blocks, chunks), chunk, chunks,
+                       RPS=cfg.rows, **shape)
 
 
 ALGORITHM = register_algorithm(Algorithm(
     op=OP_NAME, name="bdring", config=BwdWeightBdringConfig, decline=decline, bind=bind,
     description="Gluon grouped dL/dW for 4-16 channels per group: per output row the input row in a shared-memory "
                 "ring and dy's row once per tap column (shifted), one mma.sync chain per tap on block-diagonal "
-                "16 x 16 tiles; fp32 slices per row chunk, fixed-order reduce",
-    kernels=tuple(k for k in (_bwd_weight_bdring_kernel, _bwd_weight_bdring_stack_kernel,
-                              _bwd_weight_finalize_kernel) if k is not None)))
+                "16 x 16 tiles; fp32 slices per row chunk, fixed-order multi-slice reduce",
+    kernels=tuple(k for k in (_bwd_weight_bdstride_ring_kernel, _bwd_weight_bdstride_kernel,
+                              _dw_finalize_kernel) if k is not None)))

@@ -32,8 +32,7 @@ import triton
 
 from ..algorithms import Algorithm, RunArgs, Runner, register_algorithm, require_runnable
 from ..dtypes import DataType
-from ..epilogue import FusedOp, user_fn_or_noop
-from ..fast_launch import BoundKernel
+from ..epilogue import FusedOp
 from ..kernel_config import KernelConfig
 from ..layouts import LayoutTriple
 from ..problem import ConvParams
@@ -42,9 +41,19 @@ from .bdstride_kernels import (
     _bwd_weight_bdstride_ring_kernel,
     _bwd_weight_bdstride_wide_kernel,
 )
-from .bwd_weight_bdring import CHANNELS, MAX_ROW, MAX_TAPS, WAVES, _plane, _strides, gluon_reason, plan, tensor_reason
+from .bwd_weight_bdring import (
+    CHANNELS,
+    MAX_ROW,
+    MAX_TAPS,
+    WAVES,
+    _plane,
+    gluon_reason,
+    plan,
+    tensor_reason,
+    walk_runner,
+)
 from .bwd_weight_igemm_plan import check_tensors
-from .common import _dw_finalize_kernel, finalize_launcher, split_runner
+from .common import _dw_finalize_kernel
 from .host import INT32_LIMIT, sm_count
 
 __all__ = ["ALGORITHM", "BwdWeightBdstrideConfig", "bind", "copies", "decline", "problem_reason", "ring_slots",
@@ -131,34 +140,23 @@ def decline(cfg: BwdWeightBdstrideConfig, params: ConvParams, layout: LayoutTrip
 
 def bind(args: RunArgs) -> Runner:
     """Per-problem host work once; the runner launches the kernel and the fixed-order reduce."""
-    cfg, p, geo, dt = args.cfg, args.params, args.geo, args.dtype
-    require_runnable(decline(cfg, p, args.layout, dt, args.fused), "bwd-weight bdstride", p)
+    cfg, p = args.cfg, args.params
+    require_runnable(decline(cfg, p, args.layout, args.dtype, args.fused), "bwd-weight bdstride", p)
     dev = check_tensors(args).device
-    h, w, ho, wo, fy, fx, pad_h = _plane(p)
+    _, _, _, _, fy, fx, _ = _plane(p)
     sh, sw = (1, *p.stride)[-2:]
     blocks, chunk, chunks = plan(p, cfg.waves, sm_count(dev), cfg.rows)
-    w_numel = geo.w_numel
-    if chunks * w_numel >= INT32_LIMIT:
-        raise ValueError(f"bwd-weight bdstride: {chunks} fp32 slices of {w_numel} elements need 64-bit offsets")
-    epi = dict(OP=args.fused.code, NUM_DS=len(args.ds), USER_FN=user_fn_or_noop(args.user_fn))
     n_phases, n_shifts, _ = copies(p)
     shape = dict(C=p.C, FY=fy, FX=fx, SH=sh, SW=sw, NP=n_phases, NQ=n_shifts, WX=row_width(p), num_warps=1)
     if cfg.warps > 1:
         grid = (triton.cdiv(p.G * p.C, 16 * cfg.warps), chunks)
-        gemm = BoundKernel(_bwd_weight_bdstride_wide_kernel, grid, R=ring_slots(p), NB=cfg.warps,
-                           **dict(shape, num_warps=cfg.warps))
-    elif cfg.rows == 1:
-        gemm = BoundKernel(_bwd_weight_bdstride_ring_kernel, (blocks, chunks), R=ring_slots(p), **shape)
-    else:
-        gemm = BoundKernel(_bwd_weight_bdstride_kernel, (blocks, chunks), RPS=cfg.rows, **shape)
-    # slices in the order (tap, g, k, c); common's reduce sums BLOCK_S of them a step (many programs: the igemm
-    # reduce's 1024-element programs, one slice a step, took ~16 us of a 63 us call, session 53) and writes the
-    # weight's layout
-    gkc = p.G * p.K * p.C
-    sizes = (p.G, p.N * ho, chunk, ho, h, w, wo, pad_h, p.left_pad[-1],
-             *(s // 8 for s in _strides(p, args.layout, "bdstride")), p.K * p.C, p.C, 1, fx * gkc, gkc, w_numel)
-    fin_sizes = (w_numel, chunks, gkc, p.K * p.C, p.C, fy, fx, *geo.w_strides)
-    return split_runner(gemm, finalize_launcher(chunks, w_numel, False, epi), sizes, fin_sizes, chunks * w_numel)
+        return walk_runner(args, "bdstride", _bwd_weight_bdstride_wide_kernel, grid, chunk, chunks,
+                           R=ring_slots(p), NB=cfg.warps, **dict(shape, num_warps=cfg.warps))
+    if cfg.rows == 1:
+        return walk_runner(args, "bdstride", _bwd_weight_bdstride_ring_kernel, (blocks, chunks), chunk, chunks,
+                           R=ring_slots(p), **shape)
+    return walk_runner(args, "bdstride", _bwd_weight_bdstride_kernel, (blocks, chunks), chunk, chunks,
+                       RPS=cfg.rows, **shape)
 
 
 ALGORITHM = register_algorithm(Algorithm(

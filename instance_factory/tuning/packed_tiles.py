@@ -1,5 +1,6 @@
 """Tensor-core work of the families that pack several whole groups into one block-diagonal tile
-(blockdiag, bdtap and bdroll dgrad; bdrow, bdwin, bdring and bdstride wgrad), for the cost model's roofline.
+(blockdiag, bdtap and bdroll dgrad; bdrow, bdwin and the Gluon walks of bdring and bdstride wgrad), for the cost
+model's roofline.
 
 The generic GEMM count puts one group in a tile and pads C to the tile: with C = 4 in a 32-wide tile
 that is 8x the tiles. These count the tiles the kernels launch: GPT groups side by side
@@ -16,7 +17,6 @@ from typing import Any
 import triton
 
 from ..kernels.bwd_weight_bdring import plan as bdring_plan
-from ..kernels.bwd_weight_bdring import row_width
 from ..kernels.bwd_weight_bdstride import copies as bdstride_copies
 from ..kernels.bwd_weight_bdstride import ring_slots as bdstride_ring_slots
 from ..kernels.bwd_weight_bdstride import row_width as bdstride_row_width
@@ -25,7 +25,7 @@ from ..kernels.grouped_rows import program_taps, row_split
 from ..kernels.grouped_window import unit_split, window_plan
 from .model_constants import L2_BW
 
-__all__ = ["BLOCKDIAG_DGRAD", "bdring_work", "bdstride_work", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work"]
+__all__ = ["BLOCKDIAG_DGRAD", "bdrow_work", "bdwin_work", "blockdiag_dgrad_work", "gluon_walk_work"]
 
 #: bwd-data families on block-diagonal tiles of several whole groups
 BLOCKDIAG_DGRAD = ("blockdiag", "bdtap", "bdroll")
@@ -105,38 +105,15 @@ def bdwin_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int,
     return padded, _fill(programs, sms), split, pipe_s
 
 
-def bdring_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
-    """(padded FLOPs, wave fill, chunks, pipe seconds) of bdring wgrad: per output row and 16-channel block,
-    a 16 x 16 mma tile per tap over the row padded to WX columns. The pipe is the longer of two terms.
-    Throughput: the tiles copied in from L2 (the ring walk: the input row once and dy once per tap column;
-    the stacked walk, ``rows`` > 1: the input rows once per filter row too) and read by the MMAs from shared
-    memory, over how many of ~8 resident one-warp programs per SM the grid fills. Latency: each program's
-    steps one after another (a step waits for its copies), RING_STEP_S each. ``dy_read="regs"`` counts as
-    many copies: its L1 hits did not make it faster on the large layers (session 52, H200: 1.3x slower than
-    cp.async on ResNeXt's 56x56 ones), and the rows' correction tells the two apart."""
-    _, fy, fx = params.spatial3("filter")
-    step = int(cfg.get("rows", 1))
-    blocks, chunk, chunks = bdring_plan(params, int(cfg["waves"]), sms, step)
-    rows = params.N * params.spatial3("output")[1]
-    wx = row_width(params)
-    tile = wx * 16 * elem_bytes
-    copies = fx + (1 if step == 1 else fy)
-    steps = rows * blocks
-    padded = 2.0 * steps * fy * fx * 16 * 16 * wx
-    programs = blocks * chunks
-    slots = _RING_RESIDENT * sms
-    occupancy = programs / (triton.cdiv(programs, slots) * slots)
-    pipe_s = steps * max(copies * tile / L2_BW, (fy + fy * fx + copies) * tile / SMEM_PIPE_BW) / occupancy
-    latency_s = triton.cdiv(programs, slots) * triton.cdiv(chunk, step) * RING_STEP_S
-    return padded, _fill(programs, sms), chunks, max(pipe_s, latency_s)
-
-
-def bdstride_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
-    """(padded FLOPs, wave fill, chunks, pipe seconds) of bdstride wgrad, bdring's walks at a stride: a step
-    copies NQ dy shifts and the new input rows' NP phases ([rows * WX, 16] tiles) from L2, and reads NQ + FY x NP
-    tiles from shared memory. The ring walk (``rows`` 1) copies SH input rows a step, the stacked one FY per output
-    row. The tiles also bound how many programs an SM holds (stacked, 64 KB at 128 positions: 3); ``warps`` 2 / 4
-    programs take that many 16-channel blocks (a warp each) with that many times the tiles, at most 8 warps an SM."""
+def gluon_walk_work(params: Any, cfg: Mapping[str, Any], sms: int, elem_bytes: int) -> tuple[float, float, int, float]:
+    """(padded FLOPs, wave fill, chunks, pipe seconds) of the Gluon walks of bdring (stride 1) and bdstride. A step
+    copies NQ dy shifts and the new input rows' NP phases ([rows * WX, 16] tiles) from L2 and reads NQ + FY x NP
+    tiles from shared memory (stride 1: one phase, FX shifts). The ring walk (``rows`` 1) copies SH input rows a
+    step, the stacked one FY per output row. The tiles also bound how many programs an SM holds (stacked, 64 KB at
+    128 positions: 3); ``warps`` 2 / 4 programs take that many 16-channel blocks (a warp each) with that many times
+    the tiles, at most 8 warps an SM. Pipe seconds: the longer of the tiles' bytes at L2's and the shared-memory
+    pipe's rates (over the share of resident programs the grid fills) and each program's steps one after
+    another, RING_STEP_S each."""
     _, fy, fx = params.spatial3("filter")
     step = int(cfg.get("rows", 1))
     warps = int(cfg.get("warps", 1))

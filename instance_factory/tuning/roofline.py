@@ -38,7 +38,7 @@ from .model_constants import (
     TAPS_IN_COLUMNS,
     UNALIGNED_FACTOR,
 )
-from .packed_tiles import BLOCKDIAG_DGRAD, bdring_work, bdrow_work, bdstride_work, bdwin_work, blockdiag_dgrad_work
+from .packed_tiles import BLOCKDIAG_DGRAD, bdrow_work, bdwin_work, blockdiag_dgrad_work, gluon_walk_work
 from .walk_model import walk_term
 
 __all__ = ["block_mode", "dgrad_channel_padding", "gemm_shape", "model_ms", "model_parts", "plane_chunks",
@@ -220,10 +220,8 @@ def model_parts(op: str, params: Any, dtype: str, algorithm: str, cfg: Mapping[s
         pipe_s = 0.0
         if algorithm == "bdrow":
             padded, fill, split = bdrow_work(params, cfg, sms, _elem_bytes(dtype))
-        elif algorithm == "bdring":
-            padded, fill, split, pipe_s = bdring_work(params, cfg, sms, _elem_bytes(dtype))
-        elif algorithm == "bdstride":
-            padded, fill, split, pipe_s = bdstride_work(params, cfg, sms, _elem_bytes(dtype))
+        elif algorithm in ("bdring", "bdstride"):
+            padded, fill, split, pipe_s = gluon_walk_work(params, cfg, sms, _elem_bytes(dtype))
         else:
             padded, fill, split, pipe_s = bdwin_work(params, cfg, sms, _elem_bytes(dtype), group_major)
         compute_s = max(padded / (PEAK_FLOPS.get(_compute_type(dtype), 350e12) * fill), pipe_s)
