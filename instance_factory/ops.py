@@ -7,6 +7,7 @@ combination not declared in configs/, or an instance that cannot run the problem
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -187,6 +188,14 @@ def _resolve(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTr
     return key, plan, device, inst, torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
 
 
+def _real(name: str, value: Any) -> float:
+    """``value`` as a float, when it is a real number (int, float, bool, a NumPy scalar); else a TypeError: a string
+    such as "2" or a tensor is a caller's mistake, not a scale factor."""
+    if type(value) is float or isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} {value!r}"[:200])
+
+
 def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, layout: str | LayoutTriple,
             ds: Sequence[torch.Tensor] = (), fused_op: Any = "passthrough", alpha: float = 1.0,
             beta: float = 1.0, wei_dtype: torch.dtype | None = None, compute_dtype: str | None = None,
@@ -200,8 +209,8 @@ def prepare(op: str, a: torch.Tensor, b: torch.Tensor, params: ConvParams, *, la
     key, plan, device, inst, out = _resolve(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype,
                                             instance)
     args = RunArgs(params=params, layout=plan.lt, dtype=plan.dt, fused=plan.fused, user_fn=plan.user_fn,
-                   alpha=float(alpha), beta=float(beta), a=a, b=b, ds=ds, out=out, cfg=inst.kernel_config,
-                   geo=plan.geo)
+                   alpha=_real("alpha", alpha), beta=_real("beta", beta), a=a, b=b, ds=ds, out=out,
+                   cfg=inst.kernel_config, geo=plan.geo)
     return inst, args
 
 
@@ -266,11 +275,11 @@ def _call(op: str, a: Any, b: Any, params: ConvParams, layout: str | LayoutTripl
             plan, run = hot
             device = _check_call(op, plan, a, b, ds)
             out = torch.empty(plan.result_shape, dtype=plan.result_dtype, device=device)
-            _launch(run, device, a, b, out, ds, float(alpha), float(beta))
+            _launch(run, device, a, b, out, ds, _real("alpha", alpha), _real("beta", beta))
             return out
+    alpha, beta = _real("alpha", alpha), _real("beta", beta)  # before the lookup: a bad call never launches
     key, plan, device, inst, out = _resolve(op, a, b, params, layout, ds, fused_op, wei_dtype, compute_dtype,
                                             instance)
-    alpha, beta = float(alpha), float(beta)
     rkey = None if key is None else (key, inst.name, device, *(d.dtype for d in ds))
     run = _RUNNERS.get(rkey) if rkey is not None else None
     if run is None:

@@ -72,3 +72,12 @@ def test_a_wrong_result_fails(tmp_path, monkeypatch):
     rc = fuzz_verify.main(["--cases", "1", "--seed", "11", "--seconds", "60", "--out", str(tmp_path)])
     rows = [json.loads(line) for line in (tmp_path / "fuzz.jsonl").read_text().splitlines()]
     assert rc == 1 and rows and not any(r["passed"] for r in rows)
+
+
+def test_short_errors_run_passes(tmp_path, capsys):
+    """Broken calls of the public ops (every mutation kind) raise a named ValueError / TypeError before a launch."""
+    rc = fuzz_verify.main(["--errors", "--cases", "60", "--seed", "4", "--seconds", "120", "--out", str(tmp_path)])
+    rows = [json.loads(line) for line in (tmp_path / "fuzz_errors.jsonl").read_text().splitlines()]
+    assert len(rows) == 60, capsys.readouterr().out
+    assert {r["mutation"] for r in rows} == set(fuzz_verify.MUTATIONS)
+    assert rc == 0 and all(r["passed"] for r in rows), [r for r in rows if not r["passed"]]

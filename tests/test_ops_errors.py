@@ -74,6 +74,25 @@ def test_d_tensors_checked():
         inf.conv_bwd_data(dy, w, P, layout=LAY, ds=(torch.randn_like(x).half(),), op="add")
 
 
+@pytest.mark.parametrize("alpha", ["2", None, [1.0], torch.ones(())])
+def test_alpha_and_beta_must_be_real_numbers(alpha):
+    """A string (which float() would take), None, a list or a tensor is a TypeError naming the argument, also on the
+    cached path of a repeat call; ints, floats and NumPy scalars are scale factors (tools/fuzz_verify.py --errors
+    found "2" accepted as 2.0)."""
+    import numpy as np
+
+    x, w, dy = _data()
+    d = torch.randn_like(x)
+    ok = inf.conv_bwd_data(dy, w, P, layout=LAY, ds=(d,), op="bilinear", alpha=np.float32(1.5), beta=2)
+    for _ in range(2):  # the first call binds, the second takes the cached runner
+        with pytest.raises(TypeError, match="alpha must be a real number"):
+            inf.conv_bwd_data(dy, w, P, layout=LAY, ds=(d,), op="bilinear", alpha=alpha)
+        with pytest.raises(TypeError, match="beta must be a real number"):
+            inf.conv_bwd_weight(x, dy, P, layout=LAY, beta=alpha)
+        inf.conv_bwd_weight(x, dy, P, layout=LAY)
+    assert torch.isfinite(ok).all()
+
+
 def test_device_rules(monkeypatch):
     x, w, dy = _data()
     monkeypatch.setenv("TRITON_INTERPRET", "0")

@@ -3,6 +3,7 @@
     python tools/fuzz_verify.py --seconds 600 --out /tmp/fuzz          # CPU: the Triton interpreter
     python tools/fuzz_verify.py --cases 200 --seed 7 --per-family 2    # GPU: more instances a family
     python tools/fuzz_verify.py --torch --seconds 600                   # instance_factory.torch's layers
+    python tools/fuzz_verify.py --errors --cases 2000                   # bad input: a clear error, no launch
 
 Each case draws a problem the repo's problem sets do not hold: 1D / 2D / 3D, odd channel counts,
 grouped and depthwise, filters larger than the input's padding, strides over the filter, dilations,
@@ -18,6 +19,12 @@ through a problem it then computes wrongly, or crashes on, shows up as a FAIL ro
 or contiguous input, float32 / float16 / bfloat16) runs forward and backward, and its input, weight and
 bias gradients are compared with torch's own convolution's in float64 on the same data, with the data
 type's tolerance (the serving path: lookup and the miss policy choose every kernel).
+
+``--errors`` breaks one thing in a valid call of the public op (``instance=None``) instead: a tensor's shape
+off by one along a random axis, its rank, its dtype, a non-contiguous view, a D of the wrong shape or dtype, a
+wrong number of Ds for the fused op, alpha / beta that are not numbers. Each must raise ``ValueError`` or
+``TypeError`` before any launch, with a message; a call that returns, or raises anything else (an error from
+inside Triton or torch), is a FAIL.
 
 Writes fuzz.jsonl (one row per run) to --out and prints the failures, then a per-family count last.
 Exit status 1 when anything failed.
@@ -220,6 +227,105 @@ def torch_main(args: argparse.Namespace, device: str, out: Path) -> int:
     return 1 if fails else 0
 
 
+MUTATIONS = ("shape", "rank", "dtype", "strides", "d_shape", "d_dtype", "n_ds", "scalar")
+
+
+def broken_call(case, mutation: str, rng: random.Random) -> tuple[str, object]:
+    """(what was broken, a zero-argument call of the public op with it) for a valid ``case``."""
+    import torch
+
+    import instance_factory as inf
+    from instance_factory.dtypes import op_kwargs
+    from instance_factory.harness.operands import make_problem_tensors
+
+    n_ds = case.n_ds if mutation not in ("d_shape", "d_dtype") else max(case.n_ds, 1)
+    fused = case.fused_op if n_ds == case.n_ds else ("bilinear" if case.fused_op in ("passthrough", "scale")
+                                                     else case.fused_op)
+    t = make_problem_tensors(case.op, case.params, case.layout, case.dtype, n_ds, "cpu", rng.randrange(2**31))
+    a, b, ds = t["a"], t["b"], list(t["ds"])
+    kw = dict(layout=case.layout, ds=ds, op=fused, **op_kwargs(case.dtype))
+    which = rng.choice(("a", "b"))
+    victim = a if which == "a" else b
+    what = mutation
+    if mutation == "shape":
+        axis = rng.randrange(victim.dim())
+        shape = list(victim.shape)
+        shape[axis] += rng.choice((-1, 1)) if shape[axis] > 1 else 1
+        victim = torch.randn(shape).to(victim.dtype)
+        what = f"{which} axis {axis} {tuple(victim.shape)}"
+    elif mutation == "rank":
+        victim = victim.unsqueeze(0) if rng.random() < 0.5 else victim.reshape(-1, *victim.shape[2:])
+        what = f"{which} rank {victim.dim()}"
+    elif mutation == "dtype":
+        choices = [d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32)
+                   if d != victim.dtype]
+        victim = victim.to(rng.choice(choices))
+        what = f"{which} {victim.dtype}"
+    elif mutation == "strides":
+        dims = [i for i in range(victim.dim()) if victim.shape[i] > 1]
+        if len(dims) < 2:
+            return "", None  # every view of this tensor is contiguous
+        i, j = rng.sample(dims, 2)
+        victim = victim.transpose(i, j).contiguous().transpose(i, j)  # the same shape, other strides
+        what = f"{which} strides {victim.stride()}"
+    elif mutation == "d_shape":
+        d = ds[0]
+        axis = rng.randrange(d.dim())
+        shape = list(d.shape)
+        shape[axis] += 1
+        ds[0] = torch.randn(shape).to(d.dtype)
+        what = f"D0 axis {axis}"
+    elif mutation == "d_dtype":
+        ds[0] = ds[0].to(torch.float64)
+        what = "D0 float64"
+    elif mutation == "n_ds":
+        need = {"passthrough": 0, "scale": 0, "bilinear": 1, "add_relu": 1}.get(fused)
+        if need is None:  # add takes 1-4
+            kw["ds"] = ds + [ds[0]] * (5 - len(ds))
+        else:
+            kw["ds"] = ds + [torch.randn(t["ds"][0].shape if t["ds"] else a.shape)] if need == 0 or not ds else []
+        what = f"{len(kw['ds'])} Ds for {fused}"
+    elif mutation == "scalar":
+        kw["alpha"] = rng.choice(("2", None, [1.0], torch.ones(3)))
+        what = f"alpha {kw['alpha']!r}"[:60]
+    if which == "a":
+        a = victim
+    else:
+        b = victim
+    fn = inf.conv_bwd_data if case.op == "conv_bwd_data" else inf.conv_bwd_weight
+    return what, lambda: fn(a, b, case.params, **kw)
+
+
+def errors_main(args: argparse.Namespace, out: Path, large: bool) -> int:
+    rng = random.Random(args.seed)
+    start = time.monotonic()
+    fails, done = 0, 0
+    with open(out / "fuzz_errors.jsonl", "w") as log:
+        while done < args.cases and time.monotonic() - start <= args.seconds:
+            case = random_case(rng, large)
+            mutation = rng.choice(MUTATIONS)
+            what, call = broken_call(case, mutation, rng)
+            if call is None:
+                continue
+            done += 1
+            row = dict(op=case.op, layout=case.layout, dtype=case.dtype, fused=case.fused_op,
+                       problem=case.params.key(), mutation=mutation, broken=what)
+            try:
+                call()
+                row.update(passed=False, note="returned a result")
+            except (ValueError, TypeError) as exc:
+                row.update(passed=bool(str(exc).strip()), note=f"{type(exc).__name__}: {exc}"[:300])
+            except Exception as exc:  # an error from inside Triton or torch, not a named check
+                row.update(passed=False, note=f"{type(exc).__name__}: {exc}"[:300])
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            if not row["passed"]:
+                fails += 1
+                print(f"FAIL {json.dumps(row)}", flush=True)
+    print(f"\n{done} broken calls in {time.monotonic() - start:.0f} s, {fails} failed")
+    return 1 if fails else 0
+
+
 def pick_instances(runnable: list, per_family: int, rng: random.Random) -> list:
     by_alg: dict[str, list] = {}
     for inst in runnable:
@@ -237,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large", action=argparse.BooleanOptionalAction, default=None,
                     help="channels and planes past one tile (default: on a GPU only)")
     ap.add_argument("--torch", action="store_true", help="fuzz instance_factory.torch's ConvNd layers instead")
+    ap.add_argument("--errors", action="store_true", help="fuzz bad input to the public ops instead")
     args = ap.parse_args(argv)
 
     import torch
@@ -257,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.torch:
         return torch_main(args, device, out)
+    if args.errors:
+        return errors_main(args, out, large=bool(args.large))
     rng = random.Random(args.seed)
     start = time.monotonic()
     fails, per_family, declined_all = [], Counter(), 0
