@@ -7,7 +7,9 @@
 # tune_gd, bench_gd, untuned, train, dask, ship; pytest_dws, ck_dws, probe, ncu, tune_dws (issue 11, sessions 6-7; DW_ALGS picks the families); pytest_bdrow, ck_bdrow, tune_grouped
 # (session 8: grouped few-channel wgrad; needs .devout/grouped_only.yaml and gd.csv carried);
 # pytest_files (PYTEST_FILES), ck_algs (CK_ALGS, CK_OPS), probe_ab (PROBE_OP, PROBE_VARIANTS,
-# PROBE_PROBLEMS: variants on this tree vs the package copy in .devout/old), matrix (session 9). Everything a step writes goes to $RES, packed into
+# PROBE_PROBLEMS: variants on this tree vs the package copy in .devout/old), matrix (session 9); fuzz, fuzz_torch
+# (tools/fuzz_verify.py on the GPU: large shapes, Gluon families; FUZZ_SEED), c32 (session 55: applies the 32-channel
+# bdring / bdstride patch to this tree and runs both families' tests; later steps then see the patched kernels). Everything a step writes goes to $RES, packed into
 # $OUT/results.tgz at the end (the device returns at most 8 files); the whole log is $OUT/session.log.
 set -uo pipefail
 OUT=${OUT:-gpu_out}
@@ -77,6 +79,11 @@ run_step() {
              --variants "$PROBE_VARIANTS" --problems "$PROBE_PROBLEMS" --out "$RES" --tag "_$pkg"
          done ;;
     matrix) step matrix "$secs" python3 tools/gpu_check.py --matrix --out "$RES" --tag matrix --budget-s $((secs - 30)) ;;
+    fuzz) step fuzz "$secs" python3 tools/fuzz_verify.py --seed "${FUZZ_SEED:-0}" --seconds $((secs - 60)) --out "$RES/fuzz" ;;
+    fuzz_torch) step fuzz_torch "$secs" python3 tools/fuzz_verify.py --torch --seed "${FUZZ_SEED:-0}" \
+         --seconds $((secs - 60)) --out "$RES/fuzz" ;;
+    c32) step c32 "$secs" bash -c 'git apply docs/bench/s55-bdring-c32-four-warp-unverified.patch && python3 -m pytest -q -n 8 \
+         -p no:cacheprovider tests/test_bwd_weight_bdring.py tests/test_bwd_weight_bdstride.py' ;;
     *) echo "unknown step $name" | tee -a "$LOG" ;;
   esac
 }
