@@ -112,9 +112,6 @@ def record(log, row: dict) -> bool:
     return row["passed"]
 
 
-TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # torch name -> DATA_TYPES name
-
-
 MAX_INTERPRETED_MACS = 200_000  # the interpreter's budget per layer: a few seconds a pass on a CPU core
 
 
@@ -218,13 +215,11 @@ def module_tolerance(dtype: str, device: str) -> float:
     by default, ``instance_factory.torch.precision``), true fp32 on the CPU."""
     import torch
 
-    from instance_factory.dtypes import DATA_TYPES
+    from instance_factory.dtypes import resolve_dtype
     from instance_factory.torch.precision import compute_dtype_for
 
-    name = TORCH_DTYPES[dtype]
-    if compute_dtype_for(getattr(torch, dtype), torch.device(device)) == "tf32":
-        name = "fp32_tf32"
-    return DATA_TYPES[name].tolerance
+    data = getattr(torch, dtype)
+    return resolve_dtype(data, compute_dtype=compute_dtype_for(data, torch.device(device))).tolerance
 
 
 def torch_main(args: argparse.Namespace, device: str, out: Path) -> int:
@@ -256,6 +251,7 @@ def broken_call(case, mutation: str, rng: random.Random) -> tuple[str, object]:
 
     import instance_factory as inf
     from instance_factory.dtypes import op_kwargs
+    from instance_factory.epilogue import FUSED_OPS
     from instance_factory.harness.operands import make_problem_tensors
 
     n_ds = case.n_ds if mutation not in ("d_shape", "d_dtype") else max(case.n_ds, 1)
@@ -299,11 +295,13 @@ def broken_call(case, mutation: str, rng: random.Random) -> tuple[str, object]:
         ds[0] = ds[0].to(torch.float64)
         what = "D0 float64"
     elif mutation == "n_ds":
-        need = {"passthrough": 0, "scale": 0, "bilinear": 1, "add_relu": 1}.get(fused)
-        if need is None:  # add takes 1-4
-            kw["ds"] = ds + [ds[0]] * (5 - len(ds))
-        else:
-            kw["ds"] = ds + [torch.randn(t["ds"][0].shape if t["ds"] else a.shape)] if need == 0 or not ds else []
+        arity = FUSED_OPS[fused]
+        if arity.min_ds == 0:  # a D for an op that takes none
+            kw["ds"] = ds + [torch.randn(a.shape)]
+        elif arity.min_ds < arity.max_ds:  # one past the most (add)
+            kw["ds"] = ds + [ds[0]] * (arity.max_ds + 1 - len(ds))
+        else:  # none where it needs some
+            kw["ds"] = []
         what = f"{len(kw['ds'])} Ds for {fused}"
     elif mutation == "scalar":
         kw["alpha"] = rng.choice(("2", None, [1.0], torch.ones(3)))
